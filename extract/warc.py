@@ -1,0 +1,236 @@
+"""Robust WARC / WET record reading.
+
+Common Crawl writes one gzip member per record, so a file is a sequence of independent members.
+We split members ourselves (zlib, streaming) and hand each member's bytes to fastwarc. That lets a
+corrupt or truncated member cost exactly one reason-coded record instead of ending the file, and gives
+each record the member offset that the CC index uses. Uncompressed WARC/WET files go straight to
+fastwarc's iterator.
+
+Every unit read yields one `RawRecord` (a parsed record) or one `ReadError` (a reason code): nothing is
+skipped silently, so the read stage can prove `in = out + sum(dropped)`.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+GZIP_MAGIC = b"\x1f\x8b\x08"
+READ_CHUNK = 1 << 16
+
+
+@dataclass
+class RawRecord:
+    """One parsed WARC record; `payload` is the HTTP body (or the block for non-HTTP records)."""
+
+    warc_type: str
+    record_id: str
+    url: str
+    offset: int
+    date: str = ""
+    http_status: int | None = None
+    http_content_type: str = ""
+    http_charset: str = ""
+    identified_type: str = ""
+    block_content_type: str = ""
+    warc_truncated: str = ""
+    payload: bytes = b""
+    headers: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReadError:
+    """A unit of the file that could not be read as a record, with the reason and where it was."""
+
+    reason: str
+    offset: int
+    detail: str = ""
+
+
+def _mime(value: str | None) -> str:
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int) -> Iterator[RawRecord | ReadError]:
+    """Parse every record in `stream` with fastwarc. `offset` fixes the reported offset (gzip member start)."""
+    for rec in ArchiveIterator(stream, parse_http=True, strict_mode=False):
+        rtype = rec.record_type
+        pos = offset if offset is not None else rec.stream_pos
+        headers = rec.headers
+        if str(rtype) == "unknown" and not headers.get("WARC-Record-ID"):
+            yield ReadError("bad_warc_header", pos, "no WARC-Type / WARC-Record-ID")
+            continue
+        if rec.content_length > max_payload:
+            yield ReadError("record_too_large", pos, f"{rec.content_length} bytes")
+            continue
+        raw = RawRecord(
+            warc_type=str(rtype),
+            record_id=headers.get("WARC-Record-ID") or "",
+            url=headers.get("WARC-Target-URI") or "",
+            offset=pos,
+            date=headers.get("WARC-Date") or "",
+            identified_type=_mime(headers.get("WARC-Identified-Payload-Type")),
+            block_content_type=_mime(headers.get("Content-Type")),
+            warc_truncated=headers.get("WARC-Truncated") or "",
+        )
+        if rtype in (WarcRecordType.response, WarcRecordType.resource, WarcRecordType.conversion,
+                     WarcRecordType.revisit):
+            if rec.is_http:
+                raw.http_status = rec.http_headers.status_code
+                raw.http_content_type = _mime(rec.http_content_type)
+                raw.http_charset = (rec.http_charset or "").lower()
+                raw.headers = {k.lower(): v for k, v in rec.http_headers.items()}
+            raw.payload = rec.reader.read()
+        yield raw
+
+
+class _MemberSplitter:
+    """Streams a gzip file member by member: yields (member_offset, bytes | None, error_reason)."""
+
+    def __init__(self, stream: BinaryIO, max_member_bytes: int):
+        self.stream = stream
+        self.max_member_bytes = max_member_bytes
+        self.buf = bytearray()
+        self.buf_start = 0  # file offset of buf[0]
+        self.eof = False
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.stream.read(READ_CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def _drop_before(self, file_pos: int) -> None:
+        del self.buf[: file_pos - self.buf_start]
+        self.buf_start = file_pos
+
+    def _resync(self, after: int) -> int | None:
+        """File offset of the next gzip magic after `after`, reading ahead as needed."""
+        search_from = after + 1
+        while True:
+            i = self.buf.find(GZIP_MAGIC, search_from - self.buf_start)
+            if i >= 0:
+                return self.buf_start + i
+            search_from = max(self.buf_start + len(self.buf) - len(GZIP_MAGIC) + 1, search_from)
+            if not self._fill():
+                return None
+
+    def __iter__(self) -> Iterator[tuple[int, bytes | None, str]]:
+        pos = 0
+        while True:
+            self._drop_before(pos)
+            while len(self.buf) < len(GZIP_MAGIC) and self._fill():
+                pass
+            if not self.buf:
+                return
+            if not self.buf.startswith(GZIP_MAGIC):
+                nxt = self._resync(pos)
+                yield pos, None, "not_gzip_data"
+                if nxt is None:
+                    return
+                pos = nxt
+                continue
+            start = pos
+            d = zlib.decompressobj(31)
+            out, out_len, fed, too_large = [], 0, 0, False
+            try:
+                while not d.eof:
+                    if fed >= len(self.buf) and not self._fill():
+                        break
+                    piece = bytes(self.buf[fed:fed + READ_CHUNK])
+                    fed += len(piece)
+                    data = d.decompress(piece)
+                    while True:
+                        if not too_large:
+                            out.append(data)
+                            out_len += len(data)
+                            too_large = out_len > self.max_member_bytes
+                            if too_large:
+                                out = []
+                        if not d.unconsumed_tail:
+                            break
+                        data = d.decompress(d.unconsumed_tail)
+            except zlib.error as exc:
+                nxt = self._resync(start)
+                yield start, None, f"corrupt_gzip_member:{exc}"
+                if nxt is None:
+                    return
+                pos = nxt
+                continue
+            if not d.eof:
+                yield start, None, "truncated_gzip_member"
+                return
+            pos = start + fed - len(d.unused_data)
+            if too_large:
+                yield start, None, "record_too_large"
+            else:
+                yield start, b"".join(out), ""
+
+
+def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator[RawRecord | ReadError]:
+    """Yield every record (or read error) of a WARC/WET file, gzip-per-record or uncompressed."""
+    head = stream.read(2)
+    if stream.seekable():
+        stream.seek(0)
+        rest = stream
+    else:
+        rest = io.BufferedReader(_Prepend(head, stream))
+    if head != GZIP_MAGIC[:2]:
+        try:
+            yield from _records_from_stream(rest, None, max_record_bytes)
+        except BaseException as exc:  # fastwarc raises (or panics) on unparseable input: count it
+            _reraise_interrupts(exc)
+            yield ReadError("bad_warc_header", -1, repr(exc)[:200])
+        return
+    for offset, member, error in _MemberSplitter(rest, max_record_bytes):
+        if member is None:
+            reason, _, detail = error.partition(":")
+            yield ReadError(reason, offset, detail)
+            continue
+        if not member.strip():
+            yield ReadError("empty_gzip_member", offset)
+            continue
+        n = 0
+        try:
+            for item in _records_from_stream(io.BytesIO(member), offset, max_record_bytes):
+                n += 1
+                yield item
+        except BaseException as exc:
+            _reraise_interrupts(exc)
+            yield ReadError("bad_warc_header", offset, repr(exc)[:200])
+            continue
+        if n == 0:
+            yield ReadError("bad_warc_header", offset, member[:60].decode("latin-1"))
+
+
+def _reraise_interrupts(exc: BaseException) -> None:
+    """fastwarc's Rust panics derive from BaseException; everything else of that kind must propagate."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc
+
+
+class _Prepend(io.RawIOBase):
+    """Puts back the bytes sniffed from the head of a stream."""
+
+    def __init__(self, head: bytes, stream: BinaryIO):
+        self.head, self.stream = head, stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n], self.head = self.head[:n], self.head[n:]
+            return n
+        data = self.stream.read(len(b))
+        b[: len(data)] = data
+        return len(data)

@@ -1,0 +1,56 @@
+"""`curate` command line: run the pipeline, print a finished run's stats."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _run(args, beam_args):
+    from pipelines.config import load_config
+    from pipelines.run import run
+
+    cfg = load_config(args.config, input=args.input, output=args.output, workers=args.workers)
+    if beam_args:
+        cfg["beam_args"] = list(cfg["beam_args"]) + beam_args
+    stages = args.stages.split(",") if args.stages else None
+    run(cfg, stages=stages, force=args.force)
+
+
+def _stats(args, _):
+    from pipelines.stats import format_table, load_summary
+
+    print(format_table(load_summary(args.dir)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    beam_args = []
+    if "--" in argv:  # everything after `--` goes to Beam untouched
+        i = argv.index("--")
+        argv, beam_args = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(prog="curate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the pipeline (no arguments: the bundled real sample)")
+    r.add_argument("--config", help="YAML run config (defaults: configs/local.yaml semantics)")
+    r.add_argument("--input", nargs="+", help="WARC/WET paths or globs (local, gs://, s3://)")
+    r.add_argument("--output", help="output folder")
+    r.add_argument("--workers", type=int, help="local worker processes (>1: multi_processing)")
+    r.add_argument("--stages", help="comma-separated stages to (re)run; others must be finished")
+    r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")
+    r.set_defaults(func=_run)
+    s = sub.add_parser("stats", help="print the per-stage table of a finished run")
+    s.add_argument("dir")
+    s.set_defaults(func=_stats)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    args.func(args, beam_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

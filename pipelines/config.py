@@ -1,0 +1,73 @@
+"""Run configuration: built-in defaults, deep-merged with a YAML file and CLI overrides."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
+
+TEXT_STAGES = ["read", "extract", "language", "quality", "exact_dedup", "write"]
+
+DEFAULTS: dict = {
+    "input": [SAMPLE_GLOB],
+    "output": "out/sample",
+    "runner": "FnApiRunner",
+    "workers": 2,
+    "beam_args": [],
+    "write_dropped": True,
+    "stages": list(TEXT_STAGES),
+    "read": {"max_record_bytes": 64 << 20, "shards": 8},
+    "extract": {"engine": "resiliparse", "timeout_ms": 5000, "max_html_bytes": 10 << 20, "min_chars": 1,
+                "c4_line_filter": True},
+    "language": {"model": None, "languages": None, "min_score": 0.5, "max_chars": 2000},
+    "quality": {},
+    "exact_dedup": {},
+    "write": {"shards": 4},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _merge(base: dict, override: dict, where: str = "") -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if key not in base:
+            raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(base)}")
+        if isinstance(base[key], dict) and base[key] and isinstance(value, dict):
+            out[key] = _merge(base[key], value, f"{where}{key}.")
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_config(path: str | None = None, **overrides) -> dict:
+    """Defaults <- YAML file <- non-None keyword overrides (input, output, workers, stages, beam_args)."""
+    cfg = copy.deepcopy(DEFAULTS)
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            cfg = _merge(cfg, yaml.safe_load(fh) or {})
+    cfg = _merge(cfg, {k: v for k, v in overrides.items() if v is not None})
+    if isinstance(cfg["input"], str):
+        cfg["input"] = [cfg["input"]]
+    unknown = [s for s in cfg["stages"] if s not in TEXT_STAGES]
+    if unknown:
+        raise ConfigError(f"unknown stages {unknown}; known: {TEXT_STAGES}")
+    return cfg
+
+
+def stage_fingerprint(cfg: dict, stage: str, upstream: str) -> str:
+    """Hash of everything that determines a stage's output: its config section, the upstream
+    fingerprint, and (for read) the input list. A finished stage is reused only if this matches."""
+    payload = {"stage": stage, "section": cfg.get(stage), "upstream": upstream,
+               "write_dropped": cfg["write_dropped"]}
+    if stage == "read":
+        payload["input"] = cfg["input"]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

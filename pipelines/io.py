@@ -1,0 +1,108 @@
+"""Stage I/O: Parquet schemas, the deterministic sharded writer, and small filesystem helpers.
+
+All paths go through Beam's FileSystems, so OUT may be local, gs:// or s3://.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+PROVENANCE = [("id", pa.string()), ("url", pa.string()), ("warc_file", pa.string()),
+              ("warc_offset", pa.int64()), ("warc_date", pa.string())]
+
+# read -> extract: the raw payload (HTML bytes, or WET text bytes).
+RAW_SCHEMA = pa.schema(PROVENANCE + [("source", pa.string()), ("content_type", pa.string()),
+                                     ("http_charset", pa.string()), ("payload", pa.binary())])
+PDF_SCHEMA = pa.schema(PROVENANCE + [("payload", pa.binary())])
+# extract onwards: one text document; `scores` is a JSON object of every measured value so far.
+DOC_SCHEMA = pa.schema(PROVENANCE + [("charset", pa.string()), ("lang", pa.string()),
+                                     ("lang_score", pa.float64()), ("scores", pa.string()),
+                                     ("text", pa.string())])
+DROP_SCHEMA = pa.schema(PROVENANCE + [("stage", pa.string()), ("reason", pa.string()),
+                                      ("detail", pa.string()), ("scores", pa.string()),
+                                      ("text", pa.string())])
+
+
+def join(*parts: str) -> str:
+    return FileSystems.join(*parts)
+
+
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def delete_tree(path: str) -> None:
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+
+
+def read_json(path: str) -> dict | None:
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as fh:
+        return json.loads(fh.read().decode("utf-8"))
+
+
+def write_json(path: str, obj) -> None:
+    with FileSystems.create(path) as fh:
+        fh.write(json.dumps(obj, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
+    """One Parquet file as bytes; same rows in the same order give the same bytes."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=10_000)
+    return buf.getvalue()
+
+
+def shard_of(doc_id: str, shards: int) -> int:
+    return int(doc_id[:8], 16) % shards
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, directory: str, schema: pa.Schema, shards: int):
+        self.directory, self.schema, self.shards = directory, schema, shards
+
+    def process(self, element):
+        shard, rows = element
+        rows = sorted(rows, key=lambda r: r["id"])
+        path = join(self.directory, f"part-{shard:05d}-of-{self.shards:05d}.parquet")
+        with FileSystems.create(path) as fh:
+            fh.write(parquet_bytes(rows, self.schema))
+        yield shard, len(rows)
+
+
+class WriteSortedParquet(beam.PTransform):
+    """Deterministic output: rows go to shard hash(id) % shards, each shard sorted by id, every shard
+    written (empty ones too). Same rows in -> byte-identical files, whatever the worker count.
+    A shard is materialized in one worker, so choose `shards` so that a shard fits in memory."""
+
+    def __init__(self, directory: str, schema: pa.Schema, shards: int):
+        super().__init__()
+        self.directory, self.schema, self.shards = directory, schema, shards
+
+    def expand(self, rows):
+        keyed = rows | "KeyByShard" >> beam.Map(lambda r, n: (shard_of(r["id"], n), r), self.shards)
+        every_shard = (rows.pipeline | "AllShards" >> beam.Create(list(range(self.shards)))
+                       | "NoRows" >> beam.Map(lambda s: (s, None)))
+        return ((keyed, every_shard) | "Union" >> beam.Flatten() | "GroupShard" >> beam.GroupByKey()
+                | "DropPlaceholders" >> beam.MapTuple(lambda s, rs: (s, [r for r in rs if r is not None]))
+                | "WriteShard" >> beam.ParDo(_WriteShard(self.directory, self.schema, self.shards)))
+
+
+def write_parquet(pcoll, directory: str, schema: pa.Schema, label: str, shards: int = 0):
+    """Intermediate stage output (no ordering guarantee); always leaves at least one file."""
+    return pcoll | label >> beam.io.WriteToParquet(
+        join(directory, "part"), schema, file_name_suffix=".parquet", num_shards=shards,
+        codec="zstd")
+
+
+def read_parquet(p, directory: str, label: str):
+    return p | label >> beam.io.ReadFromParquet(join(directory, "part*.parquet"))

@@ -1,0 +1,239 @@
+"""The text branch as Beam stages (SPEC §1.1). Each stage is one Beam pipeline that reads the previous
+stage's Parquet output and writes its own folder, so a rerun resumes after the last finished stage.
+
+A stage's `build` returns three PCollections: documents out, dropped documents, and counters
+(key, n). Counters carry `in`, `out` and `dropped/<reason>`; the runner checks in = out + Σ dropped.
+DoFns are thin: the logic lives in extract/, filters/ and dedup/, importable without Beam.
+"""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import CompressionTypes
+
+from pipelines import io
+
+DROPPED = "dropped"
+COUNTERS = "counters"
+
+
+def scores_of(doc: dict) -> dict:
+    return json.loads(doc.get("scores") or "{}")
+
+
+def with_scores(doc: dict, **values) -> dict:
+    scores = scores_of(doc)
+    scores.update(values)
+    return {**doc, "scores": json.dumps(scores, sort_keys=True)}
+
+
+def drop(doc: dict, stage: str, reason: str, detail: str = "", text: str | None = None) -> beam.pvalue.TaggedOutput:
+    row = {k: doc.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
+    row.update(stage=stage, reason=reason, detail=detail, scores=doc.get("scores") or "{}",
+               text=text if text is not None else doc.get("text"))
+    return beam.pvalue.TaggedOutput(DROPPED, row)
+
+
+def count(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(COUNTERS, (key, n))
+
+
+# --------------------------------------------------------------------------------------------- read
+class ReadWarcFile(beam.DoFn):
+    """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops."""
+
+    def __init__(self, max_record_bytes: int):
+        self.max_record_bytes = max_record_bytes
+
+    def process(self, readable_file):
+        from extract.records import doc_id, route
+        from extract.warc import ReadError, iter_records
+
+        path = readable_file.metadata.path
+        n = 0
+        with readable_file.open(compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            for item in iter_records(stream, self.max_record_bytes):
+                n += 1
+                if isinstance(item, ReadError):
+                    yield count(f"records/error:{item.reason}")
+                    doc = {"id": f"{path}@{item.offset}", "url": "", "warc_file": path,
+                           "warc_offset": item.offset, "warc_date": ""}
+                    yield drop(doc, "read", item.reason, item.detail, text="")
+                    continue
+                yield count(f"records/{item.warc_type}")
+                where, reason = route(item)
+                doc = {"id": doc_id(item, path), "url": item.url, "warc_file": path,
+                       "warc_offset": item.offset, "warc_date": item.date}
+                if where == "drop":
+                    # Non-document records (request, metadata, warcinfo) are counted, not written out.
+                    if item.warc_type in ("response", "resource", "conversion", "revisit"):
+                        yield drop(doc, "read", reason, item.http_content_type or item.identified_type, text="")
+                    else:
+                        yield count(f"dropped/{reason}")
+                elif where == "pdf":
+                    yield beam.pvalue.TaggedOutput("pdf", {**doc, "payload": item.payload})
+                    yield drop(doc, "read", reason, "written to docs/pdf", text="")
+                else:
+                    yield {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
+                           "http_charset": item.http_charset, "payload": item.payload}
+        yield count("in", n)
+
+
+class ReadStage:
+    name, schema = "read", io.RAW_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        res = (p | "Patterns" >> beam.Create(cfg["input"])
+               | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
+               | "Files" >> fileio.ReadMatches()
+               | "Reshuffle files" >> beam.Reshuffle()
+               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"])).with_outputs(
+                   DROPPED, COUNTERS, "pdf", main="docs"))
+        res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
+# ------------------------------------------------------------------------------------------ extract
+class ExtractText(beam.DoFn):
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+
+    def process(self, raw):
+        from extract.html import ExtractionError, decode_html, extract_main_text
+        from filters.clean import remove_boilerplate_lines
+
+        doc = {k: raw[k] for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
+        payload = raw["payload"] or b""
+        try:
+            if raw["source"] == "text":
+                charset, text = "utf-8", payload.decode("utf-8", errors="replace")
+            else:
+                if len(payload) > self.cfg["max_html_bytes"]:
+                    raise ExtractionError("html_too_large", f"{len(payload)} bytes")
+                decoded = decode_html(payload, raw["http_charset"] or "")
+                charset = decoded.charset
+                if decoded.source != "declared":
+                    yield count(f"charset/{decoded.source}")
+                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"])
+        except ExtractionError as err:
+            yield drop(doc, "extract", err.reason, err.detail, text="")
+            return
+        except Exception as err:  # an extractor bug must cost one document, not the run
+            yield drop(doc, "extract", "extract_error", repr(err)[:300], text="")
+            return
+        text, removed = remove_boilerplate_lines(text.strip()) if self.cfg["c4_line_filter"] else (text.strip(), 0)
+        scores = json.dumps({"html_bytes": len(payload), "text_chars": len(text), "boilerplate_lines": removed},
+                            sort_keys=True)
+        out = {**doc, "charset": charset, "lang": "", "lang_score": 0.0, "scores": scores, "text": text}
+        if len(text) < self.cfg["min_chars"]:
+            yield drop(out, "extract", "no_text")
+            return
+        yield out
+
+
+class ExtractStage:
+    name, schema = "extract", io.DOC_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        res = inputs | "Extract" >> beam.ParDo(ExtractText(cfg["extract"])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
+# ----------------------------------------------------------------------------------------- language
+class IdentifyLanguage(beam.DoFn):
+    """fastText lid.176; the model loads once per worker in setup()."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.lid = None
+
+    def setup(self):
+        from filters.language import LanguageIdentifier
+
+        self.lid = LanguageIdentifier(self.cfg["model"], self.cfg["max_chars"])
+
+    def process(self, doc):
+        lang, score = self.lid(doc["text"])
+        doc = {**doc, "lang": lang, "lang_score": score}
+        allowed = self.cfg["languages"]
+        if score < self.cfg["min_score"]:
+            yield drop(doc, "language", "lang_low_confidence", f"{lang}:{score:.3f}")
+        elif allowed and lang not in allowed:
+            yield drop(doc, "language", "lang_not_allowed", lang)
+        else:
+            yield doc
+
+
+class LanguageStage:
+    name, schema = "language", io.DOC_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        res = inputs | "LangID" >> beam.ParDo(IdentifyLanguage(cfg["language"])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
+# ------------------------------------------------------------------------------------------ quality
+class ApplyQualityRules(beam.DoFn):
+    """Gopher quality + repetition, C4 and FineWeb rules; every measured value is kept on the doc."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.rules = None
+
+    def setup(self):
+        from filters.quality import QualityConfig, QualityFilter
+
+        self.rules = QualityFilter(QualityConfig.from_dict(self.cfg))
+
+    def process(self, doc):
+        failed, values = self.rules(doc["text"], doc["lang"])
+        doc = with_scores(doc, **{k: round(float(v), 6) for k, v in values.items()})
+        if failed:
+            yield drop(doc, "quality", failed[0], ",".join(failed))
+        else:
+            yield doc
+
+
+class QualityStage:
+    name, schema = "quality", io.DOC_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        res = inputs | "Quality" >> beam.ParDo(ApplyQualityRules(cfg["quality"])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
+# -------------------------------------------------------------------------------------- exact dedup
+class ExactDedupStage:
+    name, schema = "exact_dedup", io.DOC_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        from dedup.transforms import ExactDedup
+
+        res = inputs | "ExactDedup" >> ExactDedup()
+        drops = res.duplicates | "DupDrops" >> beam.MapTuple(
+            lambda doc, survivor: drop(doc, "exact_dedup", "exact_duplicate", survivor).value)
+        return res.docs, drops, p | "NoCounters" >> beam.Create([])
+
+
+# -------------------------------------------------------------------------------------------- write
+class WriteStage:
+    """Final text documents: deterministic id-sorted shards under OUT/docs/text/."""
+
+    name, schema = "write", io.DOC_SCHEMA
+
+    def build(self, p, cfg, inputs, root):
+        docs_dir = io.join(root, "docs", "text")
+        written = inputs | "WriteDocs" >> io.WriteSortedParquet(docs_dir, io.DOC_SCHEMA, cfg["write"]["shards"])
+        counters = written | "OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
+        nothing = p | "NoDrops" >> beam.Create([])
+        return None, nothing, counters
+
+
+STAGES = {s.name: s for s in (ReadStage(), ExtractStage(), LanguageStage(), QualityStage(),
+                              ExactDedupStage(), WriteStage())}

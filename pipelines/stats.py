@@ -1,0 +1,27 @@
+"""The per-stage table printed after every run and by `curate stats DIR`."""
+
+from __future__ import annotations
+
+from pipelines import io
+
+
+def load_summary(root: str) -> dict:
+    summary = io.read_json(io.join(root, "stats", "summary.json"))
+    if summary is None:
+        raise FileNotFoundError(f"no finished run under {root} (missing stats/summary.json)")
+    return summary
+
+
+def format_table(summary: dict, top_reasons: int = 4) -> str:
+    rows = [("stage", "in", "out", "dropped", "wall_s", "top drop reasons")]
+    for s in summary["stages"]:
+        dropped = s.get("dropped", {})
+        top = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))[:top_reasons]
+        reasons = ", ".join(f"{r}={n}" for r, n in top) + (" ..." if len(dropped) > top_reasons else "")
+        wall = f"{s.get('wall_s', 0):.1f}" + (" (reused)" if s.get("reused") else "")
+        rows.append((s["stage"], str(s["in"]), str(s["out"]), str(sum(dropped.values())), wall, reasons))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:5], widths)))
+             + "  " + r[5] for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)

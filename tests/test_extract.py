@@ -1,0 +1,79 @@
+"""Charset decoding and main-text extraction on real pages and damaged encodings."""
+
+import io
+
+import pytest
+
+from extract.html import ExtractionError, decode_html, extract_main_text
+from extract.records import route
+from extract.warc import RawRecord, iter_records
+from filters.clean import remove_boilerplate_lines
+from tests.warc_factory import MINI, html_page
+
+ZH = "因参加投票的选民人数未达到法律规定的比例，这次公决结果无效。"
+
+
+def real_html_pages():
+    return [r for r in iter_records(open(MINI, "rb")) if isinstance(r, RawRecord) and route(r)[0] == "html"]
+
+
+def test_real_pages_decode_and_extract():
+    pages = real_html_pages()
+    assert len(pages) >= 30
+    htmls = [decode_html(p.payload, p.http_charset).text for p in pages]
+    texts = [remove_boilerplate_lines(extract_main_text(h))[0] for h in htmls]
+    assert sum(len(t.split()) >= 50 for t in texts) >= 0.7 * len(pages)
+    # extraction + C4 policy-line removal drops the cookie banners that many of these pages carry
+    banner = "cookies to improve your experience"
+    assert sum(banner in h for h in htmls) >= 3
+    assert not any(banner in t for t in texts)
+
+
+def test_gbk_declared_as_utf8_is_detected():
+    payload = html_page([ZH * 3]).replace(b"<head>", b'<head><meta charset="utf-8">').decode().encode("gbk")
+    decoded = decode_html(payload, "utf-8")
+    assert decoded.source == "detected" and decoded.charset in ("gbk", "gb18030")
+    assert ZH in decoded.text
+
+
+def test_declared_legacy_charset_is_used():
+    text = "Größe und Übermut, déjà vu"
+    decoded = decode_html(html_page([text]).decode().encode("cp1252"), "windows-1252")
+    assert decoded.source == "declared" and text in decoded.text
+
+
+def test_meta_charset_when_header_has_none():
+    payload = html_page(["Привет, мир"]).replace(b"<head>", b'<head><meta charset="windows-1251">').decode().encode("cp1251")
+    decoded = decode_html(payload, "")
+    assert "Привет, мир" in decoded.text
+
+
+def test_binary_garbage_is_undecodable():
+    import random
+
+    rng = random.Random(0)
+    garbage = bytes(rng.randrange(128, 256) for _ in range(20000))
+    try:
+        decoded = decode_html(garbage, "utf-8")
+    except ExtractionError as err:
+        assert err.reason == "undecodable_charset"
+    else:  # a single-byte charset can decode anything; then it must not claim to be the declared one
+        assert decoded.source != "declared"
+
+
+def test_extract_timeout_is_reason_coded():
+    huge = "<html><body>" + "<div><p>word word</p></div>" * 400_000 + "</body></html>"
+    with pytest.raises(ExtractionError) as err:
+        extract_main_text(huge, "trafilatura", timeout_ms=100)
+    assert err.value.reason == "extract_timeout"
+
+
+def test_trafilatura_engine():
+    page = real_html_pages()[0]
+    text = extract_main_text(decode_html(page.payload, page.http_charset).text, "trafilatura")
+    assert len(text.split()) > 20
+
+
+def test_unknown_engine():
+    with pytest.raises(ValueError):
+        extract_main_text("<p>x</p>", "nope")

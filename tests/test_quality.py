@@ -1,0 +1,532 @@
+"""Tests for filters/quality.py (Gopher quality + repetition, C4 doc-level, FineWeb rules)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+
+from filters.quality import QualityConfig, QualityFilter, normalize_lang, tokenize
+
+# --------------------------------------------------------------------------------------
+# Documents
+# --------------------------------------------------------------------------------------
+
+EN_PASS = """The town council voted on Tuesday to extend the opening hours of the public library, which has been one of the busiest buildings in the district since its renovation last spring. From next month the reading rooms will stay open until nine in the evening on weekdays.
+
+Several residents spoke in favour of the change during the meeting. A retired teacher said that many students have nowhere quiet to work after school, and a local business owner pointed out that evening visitors often stop at nearby cafes and shops on their way home.
+
+The additional hours will be funded for one year through a regional grant. Council members agreed to review visitor numbers next autumn before deciding whether to make the arrangement permanent."""
+
+DE_PASS = (
+    "Die Stadtbibliothek bleibt in diesem Sommer wegen umfangreicher Renovierungsarbeiten "
+    "für sechs Wochen geschlossen. Während dieser Zeit können Leserinnen und Leser ihre "
+    "ausgeliehenen Bücher jedoch weiterhin am Rückgabeautomaten neben dem Haupteingang "
+    "abgeben. Außerdem bietet die Verwaltung einen kleinen Lieferdienst für ältere Menschen "
+    "an, die nicht mehr selbst in die Innenstadt fahren können. Nach der Wiedereröffnung im "
+    "September sollen neue Lesesäle, ein Café und deutlich längere Öffnungszeiten auf die "
+    "Besucher warten."
+)
+
+ZH_PASS = (
+    "上周末，我和几个老朋友一起去杭州西湖边散步。那天天气特别好，湖面上有很多游船，"
+    "岸边的柳树也刚刚发芽。我们在一家老茶馆里坐了一个下午，一边喝龙井茶，一边聊起大学"
+    "时候的趣事。傍晚回城的时候，大家都说以后要多找机会出来走走。"
+)
+
+JA_PASS = (
+    "先週の土曜日、家族と一緒に京都の嵐山へ紅葉を見に行きました。朝早く出発したので、"
+    "駅の周りはまだそれほど混んでいませんでした。竹林の小道を歩いたあと、川沿いの小さな"
+    "店で湯豆腐を食べました。帰りの電車では子どもたちがすっかり疲れて、ぐっすり眠って"
+    "いました。"
+)
+
+KO_PASS = (
+    "지난 주말에 가족과 함께 강원도 속초로 짧은 여행을 다녀왔다. 아침 일찍 출발했는데도 "
+    "고속도로에는 차가 꽤 많아서 예상보다 시간이 오래 걸렸다. 점심에는 바닷가 근처 "
+    "식당에서 싱싱한 회와 따뜻한 물회를 먹었다. 오후에는 설악산 입구까지 올라가 단풍을 "
+    "구경하고 사진도 많이 찍었다. 저녁에는 시장에 들러 유명한 닭강정을 사서 숙소에서 다 "
+    "함께 나누어 먹었다. 아이들은 다음에도 꼭 다시 오고 싶다고 말했다."
+)
+
+RU_PASS = (
+    "В прошлую субботу мы с друзьями поехали за город, чтобы провести целый день на "
+    "природе. Погода была тёплой и солнечной, поэтому мы долго гуляли по лесу и собирали "
+    "грибы. После обеда все вместе сидели у костра, пили горячий чай и вспоминали "
+    "студенческие годы. Домой мы вернулись поздно вечером, уставшие, но очень довольные."
+)
+
+# A Chinese notice with one sentence per line (16-19 characters each).
+ZH_LINES = """今天下午三点，学校礼堂将举行毕业典礼。
+请各位同学提前二十分钟到场签到。
+家长可以在礼堂二楼的观众席就座。
+典礼结束后，各班将在教室门口合影留念。
+如遇下雨，合影活动改在体育馆内进行。
+有任何问题，请联系各班班主任老师。"""
+
+# ---- Gopher quality failures -----------------------------------------------------------
+
+SHORT = (
+    "Thanks for visiting the bakery. We are open every day from seven until noon. Fresh "
+    "bread sells out early, so come by soon and bring the kids!"
+)
+
+SHORT_WORDS = """I got up at six and went to the shop. It was not far, so I did go on foot. I got a bun, an egg and a jar of jam. On the way back I met my pal Bob and his dog. We sat on a log by the pond for a bit. The sun was up and it was hot. Bob had to go at ten, so I went home too. My mum was in the hall and she was mad at me as I had not fed the cat."""
+
+HASHTAGS = """Sunset over the harbour tonight was absolutely stunning and we stayed on the pier until the last light faded away. #sunset #harbour #photography #nofilter #travel #summer #goldenhour #seaside #weekend #views #beautiful #nature Next stop is the old lighthouse, which we plan to visit tomorrow morning before the ferry leaves. #lighthouse #adventure #wanderlust #explore #coast Thanks to everyone who sent us tips for this trip."""
+
+BULLETS = """• Preheat the oven to 200 degrees and line a large baking tray with parchment paper.
+• Chop the onions, peppers and courgettes into evenly sized pieces so that they roast at the same rate.
+• Toss the vegetables with olive oil, salt, pepper and a generous pinch of dried thyme.
+• Spread everything out in a single layer and roast for about thirty-five minutes, turning once halfway.
+• Scatter with fresh basil and crumbled feta before serving warm with crusty bread."""
+
+ELLIPSIS = """Our readers have been sending in their favourite memories of the old cinema on Market Street, which closed its doors last month after almost ninety years.
+One reader remembers queuing around the block for the premiere of a western in the summer of 1962, when tickets cost just a few pennies...
+Another wrote about meeting her husband in the back row during a rainy Saturday matinee...
+A third recalls the projectionist who let children watch the films from his tiny booth upstairs...
+We will publish more of these stories in next week's edition, so please keep them coming. The council has not yet decided what will happen to the building."""
+
+NUMBERS = """Monthly rainfall totals in millimetres for 2023 were 1204, 1187, 1340, 1502, 1623, 1755, 1812, 1936 and 2048 across the nine gauges.
+Totals recorded during 2022 reached 1118, 1259, 1391, 1477, 1586, 1694, 1733, 1865 and 1972 at those stations.
+Readings from 2021 came to 1096, 1213, 1328, 1449, 1561, 1672, 1789, 1893 and 1995 respectively.
+Figures gathered over 2020 amounted to 1043, 1175, 1297, 1418, 1534, 1657, 1768, 1881 and 1999 overall."""
+
+NO_STOP = """Lightweight trail running shoes built for long mountain days. A breathable mesh upper keeps feet cool during hot summer races, while a rock plate protects against sharp stones. Grippy rubber lugs bite into mud, gravel or wet roots without feeling clumsy on pavement. Cushioning feels soft yet responsive, even after many hours on rough terrain. Available in six colours, sizes five through thirteen, plus wide versions for runners who need extra room."""
+
+# ---- Gopher repetition failures --------------------------------------------------------
+
+REPEATED = """Join our newsletter to receive weekly updates about new products, exclusive discounts and upcoming events in your area.
+
+We are a small team of designers and engineers based in Lisbon, building simple tools that help people organise their working day.
+
+Join our newsletter to receive weekly updates about new products, exclusive discounts and upcoming events in your area.
+
+Our first app launched in 2019 and is now used by thousands of freelancers, students and small companies around the world.
+
+Join our newsletter to receive weekly updates about new products, exclusive discounts and upcoming events in your area."""
+
+NEW_YORK = """New York pizza differs from Chicago pizza. Ask any New York resident and you will hear that a real New York slice is thin, wide and foldable. Visitors to New York often queue for hours at famous New York pizzerias, while locals insist the best New York pizza comes from corner shops. Every New York borough claims its own style, and New York newspapers publish rankings each year. Some say New York water makes New York dough special; others credit old New York ovens."""
+
+# ---- C4 failures -----------------------------------------------------------------------
+
+LOREM = """Welcome to our new website! We are a small family business offering handmade furniture, built to order in our workshop near the river.
+Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua.
+Every table and chair is made from locally sourced oak and finished by hand with natural oils. Please get in touch to discuss your ideas and we will be happy to prepare a quote."""
+
+CURLY = """If you want the banner to stay at the top of the page while scrolling, the easiest approach is to give it a fixed position in your stylesheet.
+For example, the rule header { position: sticky; top: 0; } keeps the element visible and does not require any scripting at all.
+Remember to test the layout on small screens, because a tall sticky header can cover a large part of the content on a phone."""
+
+TWO_SENTENCES = """The river that runs through the middle of the valley has been an important route for traders, farmers and travellers for many hundreds of years, and the small villages along its banks still hold a market every Saturday morning where local cheese, bread and vegetables are sold. In recent years the regional government has invested in new cycling paths and footbridges along the water, which has brought a steady stream of visitors and helped several family-run guesthouses to stay open through the quiet winter months."""
+
+# ---- FineWeb failures ------------------------------------------------------------------
+
+NO_PUNCT_LINES = """Top ten hiking trails in the northern lake district for families
+Easy walks around the lakes with stunning views of the surrounding fells
+Where to park, where to eat and where to stay overnight near the trails
+Our editors have tested every route. Most are suitable for young children. Some include steep sections
+Best time of year to visit and what equipment you should bring along. Maps are free
+Frequently asked questions about dogs, bikes and accessibility on the paths"""
+
+SHORT_LINES = """We woke before the sun.
+The lake was very still.
+Mist hung over the water.
+Father made strong coffee.
+We packed bread and cheese.
+Then we rowed to the island.
+Birds called from the reeds.
+By noon the wind was up.
+We sailed home in the rain.
+Mother lit the old stove.
+We ate soup by the fire."""
+
+DUP_LINE = """The community garden on Elm Road opened its gates to the public for the first time this weekend, after two years of planning by local volunteers.
+Share this article
+More than forty raised beds have been built from recycled timber, and each one has been adopted by a household from the surrounding streets.
+The organisers hope that the garden will also be used by the primary school next door, which plans to run weekly lessons on growing vegetables.
+Share this article
+Anyone interested in volunteering can sign up at the library or simply turn up on a Saturday morning with a pair of gloves."""
+
+LIST_PAGE = """Handcrafted Scandinavian furniture.
+Sustainably harvested hardwoods.
+Traditional woodworking joinery.
+Naturally oiled surfaces.
+Organic wool upholstery.
+Made to measure.
+Delivered with care.
+Lifetime structural guarantee.
+Complimentary restoration service.
+Showrooms in Copenhagen.
+Personal consultations available.
+Architects welcome.
+Wholesale enquiries handled separately.
+Environmentally responsible packaging.
+Carbon-neutral international shipping.
+Certified sustainable timber.
+Apprenticeships for woodworkers.
+Student discounts.
+Customised engraving available.
+Seasonal collections.
+Follow the workshop online.
+Visit the Stockholm gallery."""
+
+EXPECTED_KEYS = [
+    "gopher_word_count", "gopher_mean_word_length", "gopher_symbol_word_ratio",
+    "gopher_bullet_line_ratio", "gopher_ellipsis_line_ratio", "gopher_alpha_word_ratio",
+    "gopher_stopword_count",
+    "gopher_dup_line_frac", "gopher_dup_para_frac", "gopher_dup_line_char_frac",
+    "gopher_dup_para_char_frac",
+    "gopher_top_2gram_frac", "gopher_top_3gram_frac", "gopher_top_4gram_frac",
+    "gopher_dup_5gram_frac", "gopher_dup_6gram_frac", "gopher_dup_7gram_frac",
+    "gopher_dup_8gram_frac", "gopher_dup_9gram_frac", "gopher_dup_10gram_frac",
+    "c4_lorem_ipsum", "c4_curly_bracket", "c4_sentence_count",
+    "fineweb_line_punct_ratio", "fineweb_short_line_ratio", "fineweb_dup_line_char_ratio",
+    "fineweb_newline_word_ratio",
+]
+
+GOPHER_REP_CODES = {
+    "gopher_dup_lines", "gopher_dup_paras", "gopher_dup_line_chars", "gopher_dup_para_chars",
+    "gopher_top_2gram", "gopher_top_3gram", "gopher_top_4gram",
+    *(f"gopher_dup_{n}gram" for n in range(5, 11)),
+}
+
+
+@pytest.fixture(scope="module")
+def qf() -> QualityFilter:
+    return QualityFilter(QualityConfig())
+
+
+# --------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------
+
+
+def test_tokenize_space_delimited_and_cjk():
+    assert tokenize("Don't re-run the test, e.g. in 2024!") == [
+        "Don't", "re-run", "the", "test", "e", "g", "in", "2024",
+    ]
+    assert tokenize("Größere Straßen — über 3 km.") == ["Größere", "Straßen", "über", "3", "km"]
+    # every Han / Kana character is a word; Latin inside CJK text stays a word
+    assert tokenize("我们喜欢Python编程。") == ["我", "们", "喜", "欢", "Python", "编", "程"]
+    assert tokenize("カタカナとひらがな") == list("カタカナとひらがな")
+    # Hangul is space-delimited
+    assert tokenize("서울은 대한민국의 수도이다.") == ["서울은", "대한민국의", "수도이다"]
+    # combining vowel signs / viramas stay inside Devanagari words
+    assert tokenize("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+    assert tokenize("") == [] and tokenize("  ...  |  ") == []
+
+
+def test_normalize_lang():
+    assert [normalize_lang(x) for x in ("zh-Hans", "zh_TW", "__label__ja", "cmn_Hani", "EN-us", "deu", None)] == [
+        "zh", "zh", "ja", "zh", "en", "de", "",
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [EN_PASS, ZH_PASS, "", " \n\n ", "....", "{ } # …"])
+def test_values_have_every_key_and_are_finite(qf, text):
+    values = qf.measure(text, "en")
+    assert list(values) == EXPECTED_KEYS == qf.value_keys
+    for key, value in values.items():
+        assert type(value) is float and math.isfinite(value), key
+
+
+def test_empty_document_reasons_in_documented_order(qf):
+    assert qf.check(qf.measure("", "en"), "en") == [
+        "gopher_too_few_words",
+        "gopher_mean_word_length",
+        "gopher_alpha_words",
+        "gopher_stopwords",
+        "c4_too_few_sentences",
+        "fineweb_line_punct",
+    ]
+
+
+def test_reason_codes_order(qf):
+    codes = qf.reason_codes
+    assert codes[:8] == [
+        "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_length",
+        "gopher_symbol_ratio", "gopher_bullet_lines", "gopher_ellipsis_lines",
+        "gopher_alpha_words", "gopher_stopwords",
+    ]
+    assert codes[-7:] == [
+        "c4_lorem_ipsum", "c4_curly_bracket", "c4_too_few_sentences",
+        "fineweb_line_punct", "fineweb_short_lines", "fineweb_dup_line_chars",
+        "fineweb_newline_ratio",
+    ]
+    assert len(codes) == 8 + 4 + 3 + 6 + 3 + 4
+
+
+# --------------------------------------------------------------------------------------
+# Real-looking prose in several languages passes every rule
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,lang",
+    [(EN_PASS, "en"), (DE_PASS, "de"), (ZH_PASS, "zh"), (JA_PASS, "ja"), (KO_PASS, "ko"),
+     (RU_PASS, "ru"), (ZH_LINES, "zh")],
+)
+def test_real_prose_passes_all_rules(qf, text, lang):
+    reasons, values = qf(text, lang)
+    assert reasons == [], (reasons, values)
+
+
+def test_chinese_word_statistics(qf):
+    values = qf.measure(ZH_PASS, "zh")
+    n_han = sum(1 for ch in ZH_PASS if "\u4e00" <= ch <= "\u9fff")
+    assert values["gopher_word_count"] == n_han  # one word per Han character
+    assert values["gopher_mean_word_length"] == 1.0
+    assert values["c4_sentence_count"] == 4  # four 。
+    assert values["fineweb_line_punct_ratio"] == 1.0  # line ends with 。
+
+
+def test_mean_word_length_is_skipped_for_zh_ja_only(qf):
+    values = qf.measure(ZH_PASS, "zh")
+    assert "gopher_mean_word_length" not in qf.check(values, "zh")
+    assert "gopher_mean_word_length" not in qf.check(values, "ja")
+    # the same measurements for a space-delimited language do fail the bound
+    assert "gopher_mean_word_length" in qf.check(values, "en")
+
+
+def test_korean_word_length_counts_jamo():
+    values = QualityFilter(QualityConfig()).measure(KO_PASS, "ko")
+    assert 5 < values["gopher_mean_word_length"] < 9
+    # counted in syllable blocks, ordinary Korean prose falls below the minimum of 3
+    blocks = QualityFilter(QualityConfig(gopher_hangul_length_in_jamo=False))
+    assert blocks(KO_PASS, "ko")[0] == ["gopher_mean_word_length"]
+
+
+def test_stop_words_rule_only_for_languages_with_a_list(qf):
+    assert qf(NO_STOP, "en")[0] == ["gopher_stopwords"]
+    assert qf(NO_STOP, "en-GB")[0] == ["gopher_stopwords"]
+    assert qf(NO_STOP, "sw")[0] == []  # no Swahili list: rule skipped
+    # German prose counted against the German list
+    assert qf.measure(DE_PASS, "de")["gopher_stopword_count"] >= 10
+    assert qf.measure(DE_PASS, "en")["gopher_stopword_count"] == 0
+
+
+def test_wide_characters_count_double_for_short_lines():
+    assert QualityFilter(QualityConfig())(ZH_LINES, "zh")[0] == []
+    upstream = QualityFilter(QualityConfig(fineweb_wide_char_width=1))
+    reasons, values = upstream(ZH_LINES, "zh")
+    assert reasons == ["fineweb_short_lines"] and values["fineweb_short_line_ratio"] == 1.0
+
+
+def test_sentence_count_across_scripts(qf):
+    def count(text):
+        return qf.measure(text, "en")["c4_sentence_count"]
+
+    assert count("你好。我很好！真的吗？……好的") == 3
+    assert count("Pi is 3.14 and e is 2.72. Wait... Really?! \"Yes.\" (See above.)") == 4
+    assert count("Это правда? Да! Конечно.") == 3
+    assert count("यह सच है। वह भी।") == 2
+    assert count("no terminal punctuation here") == 0
+
+
+# --------------------------------------------------------------------------------------
+# One test per rule family: passing doc passes, crafted failures fail exactly
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (SHORT, ["gopher_too_few_words"]),
+        (SHORT_WORDS, ["gopher_mean_word_length"]),
+        (HASHTAGS, ["gopher_symbol_ratio"]),
+        (BULLETS, ["gopher_bullet_lines"]),
+        (ELLIPSIS, ["gopher_ellipsis_lines"]),
+        (NUMBERS, ["gopher_alpha_words"]),
+        (NO_STOP, ["gopher_stopwords"]),
+    ],
+)
+def test_gopher_quality(qf, text, expected):
+    assert qf(EN_PASS, "en")[0] == []
+    assert qf(text, "en")[0] == expected
+
+
+def test_gopher_quality_values(qf):
+    assert qf.measure(HASHTAGS, "en")["gopher_symbol_word_ratio"] == pytest.approx(17 / 64)
+    assert qf.measure(BULLETS, "en")["gopher_bullet_line_ratio"] == 1.0
+    assert qf.measure(ELLIPSIS, "en")["gopher_ellipsis_line_ratio"] == pytest.approx(3 / 5)
+    assert qf.measure(NUMBERS, "en")["gopher_alpha_word_ratio"] < 0.5
+    too_many = QualityFilter(QualityConfig(gopher_max_doc_words=100))
+    assert too_many(EN_PASS, "en")[0] == ["gopher_too_many_words"]
+
+
+def test_gopher_repetition(qf):
+    assert qf(EN_PASS, "en")[0] == []
+    reasons, values = qf(REPEATED, "en")
+    # a paragraph repeated three times trips every duplicate rule ...
+    assert reasons == [
+        "gopher_dup_lines", "gopher_dup_paras", "gopher_dup_line_chars",
+        "gopher_dup_para_chars", "gopher_top_4gram",
+        "gopher_dup_5gram", "gopher_dup_6gram", "gopher_dup_7gram", "gopher_dup_8gram",
+        "gopher_dup_9gram", "gopher_dup_10gram",
+        "fineweb_dup_line_chars",
+    ]
+    assert values["gopher_dup_para_frac"] == pytest.approx(2 / 5)
+    assert values["gopher_dup_line_frac"] == pytest.approx(2 / 5)
+    # ... while one over-used bigram only trips the top-2-gram rule
+    reasons, values = qf(NEW_YORK, "en")
+    assert reasons == ["gopher_top_2gram"]
+    assert values["gopher_top_2gram_frac"] > 0.2 and values["gopher_dup_5gram_frac"] == 0.0
+
+
+def test_dup_ngram_fraction_counts_repeats_once():
+    qf = QualityFilter(QualityConfig())
+    words = "alpha beta gamma delta epsilon zeta eta theta".split()
+    text = " ".join(words + words)  # second half repeats the first
+    values = qf.measure(text, "en")
+    assert values["gopher_dup_5gram_frac"] == pytest.approx(0.5)
+    assert values["gopher_dup_8gram_frac"] == pytest.approx(0.5)
+    # every bigram but one occurs twice; ties go to the longest ("delta epsilon")
+    assert values["gopher_top_2gram_frac"] == pytest.approx(2 * len("deltaepsilon") / (2 * len("".join(words))))
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (LOREM, ["c4_lorem_ipsum"]),
+        (CURLY, ["c4_curly_bracket"]),
+        (TWO_SENTENCES, ["c4_too_few_sentences"]),
+    ],
+)
+def test_c4(qf, text, expected):
+    assert qf(EN_PASS, "en")[0] == []
+    assert qf(text, "en")[0] == expected
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (NO_PUNCT_LINES, ["fineweb_line_punct"]),
+        (SHORT_LINES, ["fineweb_short_lines"]),
+        (DUP_LINE, ["fineweb_dup_line_chars"]),
+        (LIST_PAGE, ["fineweb_newline_ratio"]),
+    ],
+)
+def test_fineweb(qf, text, expected):
+    assert qf(EN_PASS, "en")[0] == []
+    assert qf(text, "en")[0] == expected
+
+
+def test_blank_lines_do_not_change_line_statistics(qf):
+    single = qf.measure(EN_PASS.replace("\n\n", "\n"), "en")
+    double = qf.measure(EN_PASS, "en")
+    for key in ("fineweb_line_punct_ratio", "fineweb_short_line_ratio", "fineweb_newline_word_ratio"):
+        assert single[key] == double[key], key
+
+
+# --------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------
+
+
+def test_defaults_are_the_published_ones():
+    c = QualityConfig()
+    assert (c.gopher_min_doc_words, c.gopher_max_doc_words) == (50, 100_000)
+    assert (c.gopher_min_avg_word_length, c.gopher_max_avg_word_length) == (3, 10)
+    assert (c.gopher_max_symbol_word_ratio, c.gopher_max_bullet_lines_ratio) == (0.1, 0.9)
+    assert (c.gopher_max_ellipsis_lines_ratio, c.gopher_min_alpha_words_ratio) == (0.3, 0.8)
+    assert c.gopher_min_stop_words == 2
+    assert dict(c.gopher_stop_words)["en"] == tuple(sorted(("the", "be", "to", "of", "and", "that", "have", "with")))
+    assert (c.gopher_dup_line_frac, c.gopher_dup_para_frac) == (0.3, 0.3)
+    assert (c.gopher_dup_line_char_frac, c.gopher_dup_para_char_frac) == (0.2, 0.2)
+    assert dict(c.gopher_top_ngram_fracs) == {2: 0.2, 3: 0.18, 4: 0.16}
+    assert dict(c.gopher_dup_ngram_fracs) == {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    assert c.c4_min_sentences == 3
+    assert (c.fineweb_line_punct_thr, c.fineweb_short_line_thr, c.fineweb_short_line_length) == (0.12, 0.67, 30)
+    assert (c.fineweb_char_duplicates_ratio, c.fineweb_new_line_ratio) == (0.01, 0.3)
+
+
+def test_from_dict_rejects_unknown_key():
+    with pytest.raises(ValueError, match="gopher_min_words"):
+        QualityConfig.from_dict({"gopher_min_words": 10})
+
+
+def test_from_dict_validates_and_round_trips():
+    with pytest.raises(ValueError, match="c4"):
+        QualityConfig.from_dict({"c4": "yes"})
+    with pytest.raises(ValueError, match="gopher_min_doc_words"):
+        QualityConfig.from_dict({"gopher_min_doc_words": -1})
+    c = QualityConfig.from_dict(
+        {"gopher_top_ngram_fracs": {"2": 0.5}, "gopher_min_doc_words": 20, "fineweb": False}
+    )
+    assert c.gopher_top_ngram_fracs == ((2, 0.5),) and c.gopher_min_doc_words == 20
+    assert QualityConfig.from_dict(c.to_dict()) == c
+    assert QualityConfig.from_dict({}) == QualityConfig() == QualityConfig.from_dict(None)
+    qf = QualityFilter(c)
+    assert [k for k in qf.measure(EN_PASS, "en") if "_top_" in k] == ["gopher_top_2gram_frac"]
+    assert "gopher_top_3gram" not in qf.reason_codes
+    assert qf(SHORT, "en")[0] == []  # 27 words >= 20
+
+
+def test_none_threshold_disables_one_rule():
+    qf = QualityFilter(QualityConfig.from_dict({"gopher_min_stop_words": None}))
+    assert qf(NO_STOP, "en")[0] == []
+    assert qf(SHORT, "en")[0] == ["gopher_too_few_words"]
+
+
+FAMILY_REASONS = {
+    "gopher_quality": {
+        "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_length",
+        "gopher_symbol_ratio", "gopher_bullet_lines", "gopher_ellipsis_lines",
+        "gopher_alpha_words", "gopher_stopwords",
+    },
+    "gopher_repetition": GOPHER_REP_CODES,
+    "c4": {"c4_lorem_ipsum", "c4_curly_bracket", "c4_too_few_sentences"},
+    "fineweb": {"fineweb_line_punct", "fineweb_short_lines", "fineweb_dup_line_chars", "fineweb_newline_ratio"},
+}
+FAMILY_KEYS = {
+    "gopher_quality": set(EXPECTED_KEYS[:7]),
+    "gopher_repetition": set(EXPECTED_KEYS[7:20]),
+    "c4": set(EXPECTED_KEYS[20:23]),
+    "fineweb": set(EXPECTED_KEYS[23:]),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_REASONS))
+def test_switching_a_family_off_removes_its_reasons(family):
+    # fails rules of every family: repeated paragraphs, lorem ipsum, "{", ellipsis/short lines
+    bad = REPEATED + "\n\nLorem ipsum { }\n" + "\n".join(["wait..."] * 30)
+    reasons_on, values_on = QualityFilter(QualityConfig())(bad, "en")
+    reasons_off, values_off = QualityFilter(QualityConfig.from_dict({family: False}))(bad, "en")
+    assert set(reasons_on) & FAMILY_REASONS[family]
+    assert reasons_off == [r for r in reasons_on if r not in FAMILY_REASONS[family]]
+    assert set(values_off) == set(values_on) - FAMILY_KEYS[family]
+
+
+def test_all_families_off():
+    qf = QualityFilter(QualityConfig(gopher_quality=False, gopher_repetition=False, c4=False, fineweb=False))
+    assert qf("", "en") == ([], {})
+
+
+def test_filter_pickles_for_beam(qf):
+    clone = pickle.loads(pickle.dumps(qf))
+    assert clone(REPEATED, "en") == qf(REPEATED, "en")
+
+
+def test_cjk_ngrams_are_scaled_to_word_length():
+    """Chinese n-grams are characters; a repeated 5-6 character term is a 2-3 word phrase, not a
+    repeated 5-word span. Real news prose (Xinhua style) repeating such terms must pass."""
+    text = ("匈牙利全国选举办公室5日深夜对99.91%的选票进行的统计结果显示，301.1万人参加了投票，占全国选民总数的37.48%。"
+            "其中191.9万人和103.3万人对第一个问题分别投了赞成票和反对票，占全国选民人数的23.87%和12.85%。"
+            "151.8万人和142.6万人对第二个问题分别投了赞成票和反对票，占全国选民人数的18.88%和17.75%。"
+            "根据匈牙利的有关法律，只有参加投票的人数超过全国选民总数的50%，或者对上述问题投赞成票或反对票的人数"
+            "超过全国选民总数的25%，公决结果才有效。这次公决结果无效，政府表示将尊重选举办公室公布的统计结果。")
+    scaled = QualityFilter(QualityConfig())
+    unscaled = QualityFilter(QualityConfig.from_dict({"gopher_cjk_ngram_scale": 1}))
+    v2, v1 = scaled.measure(text, "zh"), unscaled.measure(text, "zh")
+    assert v1["gopher_dup_5gram_frac"] > 0.15 >= v2["gopher_dup_5gram_frac"]
+    assert "gopher_dup_5gram" in unscaled.check(v1, "zh") and "gopher_dup_5gram" not in scaled.check(v2, "zh")
+    # space-delimited languages are unaffected by the CJK scale
+    en = "the cat sat on the mat and the dog sat on the rug " * 3
+    assert scaled.measure(en, "en")["gopher_dup_5gram_frac"] == unscaled.measure(en, "en")["gopher_dup_5gram_frac"]
