@@ -57,21 +57,25 @@ class Decoded:
 
 
 def decode_html(payload: bytes, http_charset: str = "") -> Decoded:
-    """Decode `payload` to str: declared charset if it fits the bytes, else detected, else lossy UTF-8."""
-    declared = [_canonical(http_charset)]
-    meta = META_CHARSET.search(payload[:4096])
-    if meta:
-        declared.append(_canonical(meta.group(1).decode("ascii", "ignore")))
-    for enc in dict.fromkeys(e for e in declared if e):
-        text = _strict(payload, enc)
+    """Decode `payload` to str: declared charset if it fits the bytes, else detected, else lossy UTF-8.
+    The HTTP header is tried first; the <meta> tag is only looked up when the header does not fit."""
+    declared = _canonical(http_charset)
+    if declared:
+        text = _strict(payload, declared)
         if text is not None:
-            return Decoded(text, enc, "declared")
+            return Decoded(text, declared, "declared")
+    meta = META_CHARSET.search(payload[:4096])
+    meta_charset = _canonical(meta.group(1).decode("ascii", "ignore")) if meta else None
+    if meta_charset and meta_charset != declared:
+        text = _strict(payload, meta_charset)
+        if text is not None:
+            return Decoded(text, meta_charset, "declared")
     detected = _canonical(detect_encoding(payload))
     if detected:
         text = _strict(payload, detected)
         if text is not None:
             return Decoded(text, detected, "detected")
-    enc = next((e for e in declared if e), None) or detected or "utf-8"
+    enc = declared or meta_charset or detected or "utf-8"
     text = payload.decode(enc, errors="replace")
     if text.count("\ufffd") > MAX_REPLACEMENT_SHARE * max(len(text), 1):
         raise ExtractionError("undecodable_charset", enc)

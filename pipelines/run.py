@@ -52,24 +52,33 @@ def _stats_to_json(stage_dir: str):
     return write
 
 
-def run_stage(name: str, cfg: dict, root: str, upstream: str | None) -> dict:
-    stage = STAGES[name]
-    stage_dir = io.join(root, name)
+def _count(pcoll, label: str, key: str):
+    return (pcoll | f"{label}Count" >> beam.combiners.Count.Globally()
+            | f"{label}Key" >> beam.Map(lambda n, k: (k, n), key))
+
+
+def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> dict[str, dict]:
+    """One Beam pipeline for a group of stages; per-stage counters, dropped docs and stats.json."""
     with beam.Pipeline(options=pipeline_options(cfg)) as p:
-        inputs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream else None
-        docs, drops, counters = stage.build(p, cfg, inputs, root)
-        parts = [counters, drops | "CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))]
-        if inputs is not None:
-            parts.append(inputs | "CountIn" >> beam.Map(lambda _: ("in", 1)))
+        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream else None
+        for name in names:
+            stage = STAGES[name]
+            inputs = docs
+            docs, drops, counters = stage.build(p, cfg, inputs, root)
+            parts = [counters, drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))]
+            if inputs is not None:
+                parts.append(_count(inputs, f"{name}/In", "in"))
+            if docs is not None:
+                parts.append(_count(docs, f"{name}/Out", "out"))
+            if cfg["write_dropped"]:
+                io.write_parquet(drops, io.join(root, "dropped", name), io.DROP_SCHEMA, f"{name}/WriteDropped")
+            (parts | f"{name}/AllCounters" >> beam.Flatten() | f"{name}/Sum" >> beam.CombinePerKey(sum)
+             | f"{name}/Collect" >> beam.combiners.ToList()
+             | f"{name}/WriteStats" >> beam.Map(_stats_to_json(io.join(root, name))))
         if docs is not None:
-            shards = cfg[name].get("shards", 0) if isinstance(cfg.get(name), dict) else 0
-            io.write_parquet(docs, stage_dir, stage.schema, "WriteDocs", shards)
-            parts.append(docs | "CountOut" >> beam.Map(lambda _: ("out", 1)))
-        if cfg["write_dropped"]:
-            io.write_parquet(drops, io.join(root, "dropped", name), io.DROP_SCHEMA, "WriteDropped")
-        (parts | "AllCounters" >> beam.Flatten() | "Sum" >> beam.CombinePerKey(sum)
-         | "Collect" >> beam.combiners.ToList() | "WriteStats" >> beam.Map(_stats_to_json(stage_dir)))
-    return io.read_json(io.join(stage_dir, "stats.json"))
+            shards = cfg[names[-1]].get("shards", 0) if isinstance(cfg.get(names[-1]), dict) else 0
+            io.write_parquet(docs, io.join(root, names[-1]), STAGES[names[-1]].schema, "WriteDocs", shards)
+    return {name: io.read_json(io.join(root, name, "stats.json")) for name in names}
 
 
 def check_identity(name: str, stats: dict) -> None:
@@ -80,33 +89,51 @@ def check_identity(name: str, stats: dict) -> None:
         raise StageInvariantError(f"stage {name}: in={stats['in']} but out + dropped = {total}: {stats}")
 
 
+def plan_groups(names: list[str]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    for name in names:
+        if not groups or STAGES[name].starts_group:
+            groups.append([name])
+        else:
+            groups[-1].append(name)
+    return groups
+
+
 def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict:
-    """Run the configured stages in order, reusing finished ones whose fingerprint matches."""
+    """Run the configured stages group by group, reusing finished groups whose fingerprints match."""
     root = cfg["output"]
-    selected = stages or cfg["stages"]
+    selected = set(stages or cfg["stages"])
     summary = {"output": root, "input": cfg["input"], "runner": cfg["runner"], "workers": cfg["workers"],
                "stages": []}
     upstream, upstream_fp = None, ""
-    for name in (s for s in TEXT_STAGES if s in cfg["stages"]):
-        fp = stage_fingerprint(cfg, name, upstream_fp)
-        marker = io.read_json(io.join(root, name, "_SUCCESS"))
-        if marker and marker["fingerprint"] == fp and not (force and name in selected):
-            stats, reused = marker["stats"], True
-            log.info("stage %s: finished earlier with the same config, reused", name)
-        elif name not in selected:
-            raise RuntimeError(f"stage {name} has no finished output for this config; add it to --stages")
+    for group in plan_groups([s for s in TEXT_STAGES if s in cfg["stages"]]):
+        fps = {}
+        for name in group:
+            fps[name] = upstream_fp = stage_fingerprint(cfg, name, upstream_fp)
+        markers = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
+        finished = all(m and m["fingerprint"] == fps[n] for n, m in markers.items())
+        label = "+".join(group)
+        if finished and not (force and selected & set(group)):
+            log.info("stages %s: finished earlier with the same config, reused", label)
+            results = {n: {**markers[n]["stats"], "reused": True} for n in group}
+        elif not selected & set(group):
+            raise RuntimeError(f"stages {label} have no finished output for this config; add them to --stages")
         else:
-            for folder in [name, f"dropped/{name}"] + EXTRA_OUTPUTS.get(name, []):
-                io.delete_tree(io.join(root, folder))
+            for name in group:
+                for folder in [name, f"dropped/{name}"] + EXTRA_OUTPUTS.get(name, []):
+                    io.delete_tree(io.join(root, folder))
+            log.info("stages %s: running", label)
             started = time.time()
-            log.info("stage %s: running", name)
-            stats = run_stage(name, cfg, root, upstream)
-            stats["wall_s"] = round(time.time() - started, 2)
-            check_identity(name, stats)
-            io.write_json(io.join(root, name, "_SUCCESS"), {"fingerprint": fp, "stats": stats})
-            reused = False
-        summary["stages"].append({"stage": name, **stats, "reused": reused})
-        upstream, upstream_fp = (upstream if name == "write" else name), fp
+            results = run_group(group, cfg, root, upstream)
+            wall = round(time.time() - started, 2)
+            for name in group:
+                stats = {**results[name], "wall_s": wall, "group": label}
+                check_identity(name, stats)
+                io.write_json(io.join(root, name, "_SUCCESS"), {"fingerprint": fps[name], "stats": stats})
+                results[name] = {**stats, "reused": False}
+        summary["stages"] += [{"stage": n, **results[n]} for n in group]
+        if group[-1] != "write":
+            upstream = group[-1]
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     print(format_table(summary))
     return summary

@@ -1,5 +1,7 @@
-"""The text branch as Beam stages (SPEC §1.1). Each stage is one Beam pipeline that reads the previous
-stage's Parquet output and writes its own folder, so a rerun resumes after the last finished stage.
+"""The text branch as Beam stages (SPEC §1.1). Each stage writes its own folder (stats, completion
+marker, dropped documents). Per-document stages fuse into the preceding stage's Beam pipeline
+(`starts_group = False`), so documents are materialized only between groups: read+extract,
+language+quality, exact_dedup+write. A rerun resumes after the last finished group.
 
 A stage's `build` returns three PCollections: documents out, dropped documents, and counters
 (key, n). Counters carry `in`, `out` and `dropped/<reason>`; the runner checks in = out + Σ dropped.
@@ -9,6 +11,7 @@ DoFns are thin: the logic lives in extract/, filters/ and dedup/, importable wit
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -52,38 +55,41 @@ class ReadWarcFile(beam.DoFn):
         from extract.records import doc_id, route
         from extract.warc import ReadError, iter_records
 
+        DOCUMENT_TYPES = ("response", "resource", "conversion", "revisit")
+
         path = readable_file.metadata.path
-        n = 0
+        counts = Counter()  # per-file tallies, emitted once: a counter element per record costs too much
         with readable_file.open(compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             for item in iter_records(stream, self.max_record_bytes):
-                n += 1
+                counts["in"] += 1
                 if isinstance(item, ReadError):
-                    yield count(f"records/error:{item.reason}")
+                    counts[f"records/error:{item.reason}"] += 1
                     doc = {"id": f"{path}@{item.offset}", "url": "", "warc_file": path,
                            "warc_offset": item.offset, "warc_date": ""}
                     yield drop(doc, "read", item.reason, item.detail, text="")
                     continue
-                yield count(f"records/{item.warc_type}")
+                counts[f"records/{item.warc_type}"] += 1
                 where, reason = route(item)
+                if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
+                    counts[f"dropped/{reason}"] += 1  # request, metadata, warcinfo: counted, not written
+                    continue
                 doc = {"id": doc_id(item, path), "url": item.url, "warc_file": path,
                        "warc_offset": item.offset, "warc_date": item.date}
                 if where == "drop":
-                    # Non-document records (request, metadata, warcinfo) are counted, not written out.
-                    if item.warc_type in ("response", "resource", "conversion", "revisit"):
-                        yield drop(doc, "read", reason, item.http_content_type or item.identified_type, text="")
-                    else:
-                        yield count(f"dropped/{reason}")
+                    yield drop(doc, "read", reason, item.http_content_type or item.identified_type, text="")
                 elif where == "pdf":
                     yield beam.pvalue.TaggedOutput("pdf", {**doc, "payload": item.payload})
                     yield drop(doc, "read", reason, "written to docs/pdf", text="")
                 else:
                     yield {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
                            "http_charset": item.http_charset, "payload": item.payload}
-        yield count("in", n)
+        for key, n in counts.items():
+            yield count(key, n)
 
 
 class ReadStage:
     name, schema = "read", io.RAW_SCHEMA
+    starts_group = True
 
     def build(self, p, cfg, inputs, root):
         res = (p | "Patterns" >> beam.Create(cfg["input"])
@@ -136,6 +142,7 @@ class ExtractText(beam.DoFn):
 
 class ExtractStage:
     name, schema = "extract", io.DOC_SCHEMA
+    starts_group = False
 
     def build(self, p, cfg, inputs, root):
         res = inputs | "Extract" >> beam.ParDo(ExtractText(cfg["extract"])).with_outputs(
@@ -170,6 +177,7 @@ class IdentifyLanguage(beam.DoFn):
 
 class LanguageStage:
     name, schema = "language", io.DOC_SCHEMA
+    starts_group = True
 
     def build(self, p, cfg, inputs, root):
         res = inputs | "LangID" >> beam.ParDo(IdentifyLanguage(cfg["language"])).with_outputs(
@@ -201,6 +209,7 @@ class ApplyQualityRules(beam.DoFn):
 
 class QualityStage:
     name, schema = "quality", io.DOC_SCHEMA
+    starts_group = False
 
     def build(self, p, cfg, inputs, root):
         res = inputs | "Quality" >> beam.ParDo(ApplyQualityRules(cfg["quality"])).with_outputs(
@@ -211,6 +220,7 @@ class QualityStage:
 # -------------------------------------------------------------------------------------- exact dedup
 class ExactDedupStage:
     name, schema = "exact_dedup", io.DOC_SCHEMA
+    starts_group = True
 
     def build(self, p, cfg, inputs, root):
         from dedup.transforms import ExactDedup
@@ -226,6 +236,7 @@ class WriteStage:
     """Final text documents: deterministic id-sorted shards under OUT/docs/text/."""
 
     name, schema = "write", io.DOC_SCHEMA
+    starts_group = False
 
     def build(self, p, cfg, inputs, root):
         docs_dir = io.join(root, "docs", "text")

@@ -14,11 +14,15 @@ def load_summary(root: str) -> dict:
 
 def format_table(summary: dict, top_reasons: int = 4) -> str:
     rows = [("stage", "in", "out", "dropped", "wall_s", "top drop reasons")]
+    previous_group = None
     for s in summary["stages"]:
         dropped = s.get("dropped", {})
         top = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))[:top_reasons]
         reasons = ", ".join(f"{r}={n}" for r, n in top) + (" ..." if len(dropped) > top_reasons else "")
-        wall = f"{s.get('wall_s', 0):.1f}" + (" (reused)" if s.get("reused") else "")
+        # stages of one group share one Beam pipeline, hence one wall time
+        same_group = s.get("group") and s.get("group") == previous_group
+        previous_group = s.get("group")
+        wall = "  fused" if same_group else f"{s.get('wall_s', 0):.1f}" + (" (reused)" if s.get("reused") else "")
         rows.append((s["stage"], str(s["in"]), str(s["out"]), str(sum(dropped.values())), wall, reasons))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:5], widths)))

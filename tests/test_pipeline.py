@@ -100,7 +100,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
     cfg["quality"] = {"c4": False}
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
-    assert reused == {"read": True, "extract": True, "language": True, "quality": False,
+    assert reused == {"read": True, "extract": True, "language": False, "quality": False,
                       "exact_dedup": False, "write": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
@@ -148,3 +148,14 @@ def test_unknown_config_key_is_rejected(tmp_path):
     cfg.write_text("qualty: {}\n")
     with pytest.raises(ConfigError):
         load_config(str(cfg))
+
+
+@pytest.mark.parametrize("name", ["local", "tiny", "dataflow", "flink", "spark"])
+def test_shipped_configs_load(name):
+    cfg = load_config(str(ROOT / "configs" / f"{name}.yaml"))
+    assert cfg["stages"] and cfg["input"] and cfg["output"]
+    if name in ("dataflow", "flink", "spark"):
+        from pipelines.run import pipeline_options
+
+        opts = pipeline_options(cfg).get_all_options()
+        assert opts["runner"] == cfg["runner"]

@@ -1,0 +1,232 @@
+"""Model-generated content scorers: `llm_generated` (text written by a (weaker) LLM) and `poor_mt`
+(low-quality machine translation). DeepSeek-V4-style data step: such text carries little information
+and is treated as implicit repetition, so the pipeline drops documents above configured thresholds.
+
+Each scorer is a quantized fastText supervised classifier (word uni/bigrams + char 2-4-grams) on a
+normalized, bounded sample of the document's *prose lines*, stacked with a few cheap statistics
+(repetition, type-token ratio, compression ratio, function-word rate, sentence-length profile) by a
+logistic regression whose weights ship in the JSON beside the model. `filters/train_synthetic.py`
+reproduces both models; `filters/models/MODEL_CARD.md` has data, splits, figures and thresholds.
+
+Page robustness: extracted pages start with a title line, a byline/date line and may carry
+boilerplate. Lines shorter than `MIN_PROSE_WORDS` words are left out of the sample (titles, bylines,
+menus, "Share" links); training texts were given random titles, bylines and boilerplate of the same
+kind so that what survives the line filter is not informative either.
+
+No Beam here: `SyntheticTextScorer(...)` takes picklable arguments only; `load()` (or the first
+`score()`) reads the models, so a DoFn calls it in `setup()`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import zlib
+from pathlib import Path
+
+MODELS_DIR = Path(__file__).parent / "models"
+LLM_MODEL = MODELS_DIR / "llm_generated.ftz"
+MT_MODEL = MODELS_DIR / "poor_mt.ftz"
+
+MIN_PROSE_WORDS = 8  # shorter lines (title, byline, menus) are not scored
+MAX_CHARS = 2500  # bounded prose sample per document: cost is O(1) in document length
+
+# Languages each model was trained on (lid.176 codes). Elsewhere the score is 0.0 and
+# `<name>_supported` is False: we do not drop what we cannot judge.
+LLM_LANGS = ("en",)
+MT_LANGS = ("en", "de")
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PUNCT = re.compile(r"([^\w\s])")
+_DIGIT = re.compile(r"\d")
+_SPACE = re.compile(r"\s+")
+_SENT_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+FUNCTION_WORDS = {
+    "en": set("""a an the and or but if of to in on at by for with from as is are was were be been being
+        it its this that these those he she they we you i me him her them us my your his their our not no
+        so than then there here which who whom whose what when where why how all any some can could would
+        should will shall may might must do does did have has had into about over after before up out""".split()),
+    "de": set("""der die das den dem des ein eine einen einem einer eines und oder aber wenn als wie
+        ist sind war waren sein wird werden wurde hat haben hatte es sie er wir ihr ich du nicht kein
+        keine so dass daß zu im in an auf aus bei mit nach von vor für über unter durch um auch noch
+        nur schon sehr man sich was wer wo wann warum dies diese dieser dieses jene""".split()),
+}
+
+
+def _local_copy(path: str) -> str:
+    from filters.language import _local_copy as copy
+
+    return copy(path)
+
+
+# --------------------------------------------------------------------------------------- text sample
+def prose_sample(text: str, max_chars: int = MAX_CHARS, min_words: int = MIN_PROSE_WORDS) -> str:
+    """The document's prose lines joined into one line, at most ~max_chars characters.
+
+    Lines with fewer than `min_words` words (CJK: fewer than 2*min_words CJK characters) are skipped:
+    titles, bylines, dates, navigation. If nothing is left, all lines are used.
+    """
+    kept, size = [], 0
+    lines = text.split("\n")
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        words = line.count(" ") + 1
+        if words < min_words and len(_CJK.findall(line[:200])) < 2 * min_words:
+            continue
+        kept.append(line)
+        size += len(line) + 1
+        if size >= max_chars:
+            break
+    if not kept:
+        kept = [ln.strip() for ln in lines[:200] if ln.strip()]
+    sample = " ".join(kept)
+    if len(sample) > max_chars:
+        cut = sample.rfind(" ", 0, max_chars)
+        sample = sample[: cut if cut > max_chars // 2 else max_chars]
+    return _SPACE.sub(" ", sample).strip()
+
+
+def normalize(sample: str) -> str:
+    """fastText input: lower case, digits -> 0, punctuation split off words, one line."""
+    s = _DIGIT.sub("0", sample.lower())
+    s = _PUNCT.sub(r" \1 ", s)
+    return _SPACE.sub(" ", s).strip()
+
+
+STAT_NAMES = ("ttr50", "dup3", "compress", "funcw", "sent_len", "sent_cv", "word_len", "comma", "quote")
+
+
+def text_stats(sample: str, lang: str = "en") -> list[float]:
+    """Cheap statistics of a prose sample (see STAT_NAMES); all bounded, length-insensitive."""
+    words = [w.lower() for w in _WORD.findall(sample)]
+    n = len(words)
+    if n < 5:
+        return [0.0] * len(STAT_NAMES)
+    # moving-average type-token ratio over 50-word windows (length-independent lexical variety)
+    win = 50
+    if n <= win:
+        ttr = len(set(words)) / n
+    else:
+        starts = range(0, n - win + 1, 25)
+        ttr = sum(len(set(words[i:i + win])) for i in starts) / (win * len(starts))
+    tri = list(zip(words, words[1:], words[2:]))
+    dup3 = 1.0 - len(set(tri)) / len(tri) if tri else 0.0
+    raw = sample.encode("utf-8")
+    compress = len(zlib.compress(raw, 6)) / max(len(raw), 1)
+    fw = FUNCTION_WORDS.get(lang, FUNCTION_WORDS["en"])
+    funcw = sum(w in fw for w in words) / n
+    sents = [s for s in _SENT_END.split(sample) if s.strip()]
+    lens = [len(_WORD.findall(s)) for s in sents] or [n]
+    mean = sum(lens) / len(lens)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in lens) / len(lens))
+    word_len = sum(len(w) for w in words) / n
+    comma = (sample.count(",") + sample.count("，")) / n
+    quote = sum(sample.count(q) for q in "\"“”«»„") / n
+    return [ttr, dup3, compress, funcw, math.log1p(mean), sd / max(mean, 1e-9), word_len, comma, quote]
+
+
+# --------------------------------------------------------------------------------------------- model
+class _Classifier:
+    """One shipped scorer: fastText model + (optional) stacking weights from the JSON beside it."""
+
+    def __init__(self, ftz_path: str):
+        import fasttext
+
+        fasttext.FastText.eprint = lambda *a, **k: None  # silence the load-time warning
+        self.model = fasttext.load_model(_local_copy(ftz_path))
+        meta_path = str(ftz_path)[: -len(Path(ftz_path).suffix)] + ".json"
+        self.meta = {}
+        try:
+            if os.path.exists(meta_path) or "://" in meta_path:
+                with open(_local_copy(meta_path)) as fh:
+                    self.meta = json.load(fh)
+        except (OSError, ValueError):
+            self.meta = {}
+        self.stack = self.meta.get("stack")  # {"mean": [...], "std": [...], "coef": [...], "bias": b}
+
+    def ft_prob(self, normalized: str) -> float:
+        if not normalized:
+            return 0.0
+        labels, probs = self.model.predict(normalized, k=2)
+        for lab, p in zip(labels, probs):
+            if lab == "__label__pos":
+                return min(max(float(p), 0.0), 1.0)
+        return 0.0
+
+    def prob(self, sample: str, lang: str) -> float:
+        p = self.ft_prob(normalize(sample))
+        if not self.stack:
+            return p
+        return stacked_prob(self.stack, p, text_stats(sample, lang))
+
+
+def ft_logit(p: float) -> float:
+    p = min(max(p, 1e-5), 1 - 1e-5)
+    return math.log(p / (1 - p))
+
+
+def stacked_prob(stack: dict, p: float, stats: list[float]) -> float:
+    x = [ft_logit(p)] + list(stats)
+    z = stack["bias"]
+    for v, m, s, c in zip(x, stack["mean"], stack["std"], stack["coef"]):
+        z += c * (v - m) / s
+    z = min(max(z, -30.0), 30.0)
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+class SyntheticTextScorer:
+    """Probability that a document is weak-LLM output (`llm_generated`) or poor MT (`poor_mt`).
+
+    score(text, lang) -> {"llm_generated": p, "poor_mt": q,
+                          "llm_generated_supported": bool, "poor_mt_supported": bool}
+    `lang` is the lid.176 code of the document (the pipeline's language stage). For a language a model
+    was not trained on, its probability is 0.0 and `<name>_supported` is False (never dropped).
+    Paths may be local or any Beam filesystem path (copied locally once, like filters/language.py).
+    """
+
+    def __init__(self, llm_model: str | None = None, mt_model: str | None = None,
+                 max_chars: int = MAX_CHARS, min_prose_words: int = MIN_PROSE_WORDS):
+        self.llm_model = str(llm_model or LLM_MODEL)
+        self.mt_model = str(mt_model or MT_MODEL)
+        self.max_chars = max_chars
+        self.min_prose_words = min_prose_words
+        self._llm = self._mt = None
+
+    def load(self) -> "SyntheticTextScorer":
+        if self._llm is None:
+            self._llm = _Classifier(self.llm_model)
+            self._mt = _Classifier(self.mt_model)
+        return self
+
+    def __getstate__(self):  # pickles (Beam) without the loaded models
+        return {**self.__dict__, "_llm": None, "_mt": None}
+
+    @property
+    def llm_langs(self) -> tuple:
+        return tuple(self.load()._llm.meta.get("languages", LLM_LANGS))
+
+    @property
+    def mt_langs(self) -> tuple:
+        return tuple(self.load()._mt.meta.get("languages", MT_LANGS))
+
+    def score(self, text: str, lang: str = "en") -> dict:
+        self.load()
+        lang = (lang or "").split("_")[0].lower()
+        sample = prose_sample(text or "", self.max_chars, self.min_prose_words)
+        out = {"llm_generated": 0.0, "poor_mt": 0.0,
+               "llm_generated_supported": lang in self.llm_langs, "poor_mt_supported": lang in self.mt_langs}
+        if len(sample) < 20:  # nothing to judge
+            return out
+        if out["llm_generated_supported"]:
+            out["llm_generated"] = round(self._llm.prob(sample, lang), 6)
+        if out["poor_mt_supported"]:
+            out["poor_mt"] = round(self._mt.prob(sample, lang), 6)
+        return out
+
+    __call__ = score
