@@ -1,10 +1,11 @@
 """Robust WARC / WET record reading.
 
 Common Crawl writes one gzip member per record, so a file is a sequence of independent members.
-We split members ourselves (zlib, streaming) and hand each member's bytes to fastwarc. That lets a
-corrupt or truncated member cost exactly one reason-coded record instead of ending the file, and gives
-each record the member offset that the CC index uses. Uncompressed WARC/WET files go straight to
-fastwarc's iterator.
+Intact files are read by fastwarc directly (fast path). At the first sign of damage (fastwarc stops on
+a corrupt member, and cannot tell a truncated last member from a whole one) we switch to splitting
+members ourselves (zlib, streaming) and handing each member's bytes to fastwarc, so a corrupt or
+truncated member costs exactly one reason-coded record instead of the rest of the file. Offsets are
+gzip member offsets, as the CC index uses. Uncompressed WARC/WET files go straight to fastwarc.
 
 Every unit read yields one `RawRecord` (a parsed record) or one `ReadError` (a reason code): nothing is
 skipped silently, so the read stage can prove `in = out + sum(dropped)`.
@@ -91,11 +92,11 @@ def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int)
 class _MemberSplitter:
     """Streams a gzip file member by member: yields (member_offset, bytes | None, error_reason)."""
 
-    def __init__(self, stream: BinaryIO, max_member_bytes: int):
-        self.stream = stream
+    def __init__(self, stream: BinaryIO, max_member_bytes: int, start: int = 0):
+        self.stream = stream  # positioned at file offset `start`
         self.max_member_bytes = max_member_bytes
         self.buf = bytearray()
-        self.buf_start = 0  # file offset of buf[0]
+        self.buf_start = self.start = start  # file offset of buf[0]
         self.eof = False
 
     def _fill(self) -> bool:
@@ -124,7 +125,7 @@ class _MemberSplitter:
                 return None
 
     def __iter__(self) -> Iterator[tuple[int, bytes | None, str]]:
-        pos = 0
+        pos = self.start
         while True:
             self._drop_before(pos)
             while len(self.buf) < len(GZIP_MAGIC) and self._fill():
@@ -178,11 +179,10 @@ class _MemberSplitter:
 def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator[RawRecord | ReadError]:
     """Yield every record (or read error) of a WARC/WET file, gzip-per-record or uncompressed."""
     head = stream.read(2)
-    if stream.seekable():
+    seekable = stream.seekable()
+    if seekable:
         stream.seek(0)
-        rest = stream
-    else:
-        rest = io.BufferedReader(_Prepend(head, stream))
+    rest = stream if seekable else io.BufferedReader(_Prepend(head, stream))
     if head != GZIP_MAGIC[:2]:
         try:
             yield from _records_from_stream(rest, None, max_record_bytes)
@@ -190,7 +190,31 @@ def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator
             _reraise_interrupts(exc)
             yield ReadError("bad_warc_header", -1, repr(exc)[:200])
         return
-    for offset, member, error in _MemberSplitter(rest, max_record_bytes):
+    resume = 0
+    if seekable:
+        resume = yield from _fast_gzip_records(rest, max_record_bytes)
+        rest.seek(resume)
+    yield from _robust_gzip_records(rest, max_record_bytes, resume)
+
+
+def _fast_gzip_records(stream: BinaryIO, max_record_bytes: int):
+    """fastwarc over the whole gzip file, the fast path for intact files. The record last seen is held
+    back: fastwarc yields a truncated final member as if it were whole, and stops with OSError at a
+    corrupt one. Returns the offset of the held-back record, where the member-by-member reader resumes
+    (re-reading that one member, and everything after a corruption, with reason-coded errors)."""
+    held = None
+    try:
+        for item in _records_from_stream(stream, None, max_record_bytes):
+            if held is not None:
+                yield held
+            held = item
+    except BaseException as exc:
+        _reraise_interrupts(exc)
+    return held.offset if held is not None else 0
+
+
+def _robust_gzip_records(stream: BinaryIO, max_record_bytes: int, start: int):
+    for offset, member, error in _MemberSplitter(stream, max_record_bytes, start):
         if member is None:
             reason, _, detail = error.partition(":")
             yield ReadError(reason, offset, detail)

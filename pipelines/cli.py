@@ -46,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=_stats)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Beam's import warns about optional GCP client libraries through the root logger; keep that
+    # off the console (a NullHandler stops the last-resort stderr handler), then log our own lines.
+    logging.getLogger().addHandler(logging.NullHandler())
+    import apache_beam  # noqa: F401
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True,
+                        stream=sys.stdout)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     args.func(args, beam_args)
     return 0

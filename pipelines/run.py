@@ -8,7 +8,11 @@ OUT/stats/summary.json  per stage: in, out, dropped {reason: n}, extra counters,
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
+import tempfile
 import time
 
 import apache_beam as beam
@@ -34,7 +38,8 @@ def pipeline_options(cfg: dict) -> PipelineOptions:
     if cfg["runner"] in LOCAL_RUNNERS:
         workers = int(cfg["workers"])
         mode = "multi_processing" if workers > 1 else "in_memory"
-        args += [f"--direct_num_workers={workers}", f"--direct_running_mode={mode}"]
+        args += [f"--direct_num_workers={workers}", f"--direct_running_mode={mode}",
+                 "--default_sdk_harness_log_level=ERROR"]
     return PipelineOptions(args + list(cfg["beam_args"]))  # user options last: they win
 
 
@@ -81,6 +86,32 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
     return {name: io.read_json(io.join(root, name, "stats.json")) for name in names}
 
 
+@contextlib.contextmanager
+def worker_logs_to_file(cfg: dict, root: str, label: str):
+    """Local Beam worker processes log at INFO straight to stderr; send fd 2 to OUT/logs/<group>.log
+    so the console shows our progress lines, and print the log's tail if the group fails."""
+    if cfg["runner"] not in LOCAL_RUNNERS:
+        yield
+        return
+    folder = os.path.join(root, "logs") if "://" not in root else tempfile.mkdtemp(prefix="curate-logs-")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{label}.log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as fh:
+        os.dup2(fh.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            with open(path, "rb") as log_fh:
+                sys.stderr.write(log_fh.read()[-4000:].decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def check_identity(name: str, stats: dict) -> None:
     if name == "write":
         return
@@ -124,7 +155,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict
                     io.delete_tree(io.join(root, folder))
             log.info("stages %s: running", label)
             started = time.time()
-            results = run_group(group, cfg, root, upstream)
+            with worker_logs_to_file(cfg, root, label):
+                results = run_group(group, cfg, root, upstream)
             wall = round(time.time() - started, 2)
             for name in group:
                 stats = {**results[name], "wall_s": wall, "group": label}

@@ -92,3 +92,27 @@ def test_routes():
     assert route(rec(http_content_type="application/json", payload=b"{}")) == ("drop", "non_html")
     assert route(rec(http_content_type="", payload=b"<html><body>x</body></html>")) == ("html", "")
     assert route(rec(http_status=None)) == ("drop", "bad_http_header")
+
+
+class _Unseekable(io.RawIOBase):
+    def __init__(self, data: bytes):
+        self.inner = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    def readinto(self, b):
+        chunk = self.inner.read(len(b))
+        b[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_unseekable_stream_uses_member_reader_from_the_start():
+    members = real_members()
+    data = b"".join(members[:10]) + os.urandom(2000).replace(b"\x1f\x8b", b"xx") + b"".join(members[10:])
+    fast = [(type(r).__name__, r.offset) for r in iter_records(io.BytesIO(data))]
+    slow = [(type(r).__name__, r.offset) for r in iter_records(_Unseekable(data))]
+    assert fast == slow and ("ReadError", sum(map(len, members[:10]))) in slow
