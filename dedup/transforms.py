@@ -1,36 +1,34 @@
-"""Beam transforms for deduplication. Grouping is by shuffle only; no index lives in one process."""
+"""Exact-dedup Beam transform. Grouping is by shuffle only; no index lives in one process."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import apache_beam as beam
 
 from dedup.exact import text_hash
+from dedup.near import COUNTERS, DUPLICATES, ChooseSurvivor, smallest_id
 
-DUPLICATES = "duplicates"
 
-
-class _KeepSurvivor(beam.DoFn):
-    """Per hash group: the doc whose id equals the group's minimum id survives; every other member is
-    emitted under DUPLICATES as (doc, survivor_id). The group is iterated lazily, so a hot hash (say a
-    million copies of one error page) need not fit in memory."""
-
-    def process(self, element):
-        _, grouped = element
-        survivor = min(grouped["survivor"])
-        for doc in grouped["docs"]:
-            if doc["id"] == survivor:
-                yield doc
-            else:
-                yield beam.pvalue.TaggedOutput(DUPLICATES, (doc, survivor))
+class ExactDedupResult(NamedTuple):
+    docs: beam.PCollection
+    duplicates: beam.PCollection  # (doc, survivor_id, group_size)
+    counters: beam.PCollection    # (key, n): exact/clusters, exact/cluster_size/<bin>
 
 
 class ExactDedup(beam.PTransform):
-    """Exact dedup on normalized text hash; survivor = smallest doc id (independent of arrival order).
-    Returns a tuple with `.docs` (survivors) and `.duplicates` ((doc, survivor_id) pairs)."""
+    """Exact dedup on the normalized-text hash: one GroupByKey, then the member with the smallest
+    (rank(doc), id) survives; by default rank is constant, so the smallest id wins, independent of
+    arrival order. The group is read twice, never held in memory (a million copies of one error
+    page stay a stream)."""
+
+    def __init__(self, rank=smallest_id):
+        super().__init__()
+        self.rank = rank
 
     def expand(self, docs):
-        keyed = docs | "HashText" >> beam.Map(lambda d: (text_hash(d["text"]), d))
-        survivors = (keyed | "Ids" >> beam.MapTuple(lambda h, d: (h, d["id"]))
-                     | "MinId" >> beam.CombinePerKey(min))
-        return ({"docs": keyed, "survivor": survivors} | "Join" >> beam.CoGroupByKey()
-                | "Keep" >> beam.ParDo(_KeepSurvivor()).with_outputs(DUPLICATES, main="docs"))
+        chosen = (docs | "HashText" >> beam.Map(lambda d: (text_hash(d["text"]), d))
+                  | "GroupByHash" >> beam.GroupByKey()
+                  | "Survivor" >> beam.ParDo(ChooseSurvivor(self.rank, "exact/")).with_outputs(
+                      DUPLICATES, COUNTERS, main="kept"))
+        return ExactDedupResult(chosen.kept, chosen[DUPLICATES], chosen[COUNTERS])

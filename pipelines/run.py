@@ -19,14 +19,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
-from pipelines.config import TEXT_STAGES, stage_fingerprint
+from pipelines.config import STAGE_ORDER, stage_fingerprint
 from pipelines.stages import STAGES
 from pipelines.stats import format_table
 
 log = logging.getLogger("curate")
 LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner"}
 # Folders a stage owns besides OUT/<stage> and OUT/dropped/<stage>: cleared before it reruns.
-EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"]}
+EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"], "pack": ["shards"]}
 
 
 class StageInvariantError(RuntimeError):
@@ -137,7 +137,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict
     summary = {"output": root, "input": cfg["input"], "runner": cfg["runner"], "workers": cfg["workers"],
                "stages": []}
     upstream, upstream_fp = None, ""
-    for group in plan_groups([s for s in TEXT_STAGES if s in cfg["stages"]]):
+    for group in plan_groups([s for s in STAGE_ORDER if s in cfg["stages"]]):
         fps = {}
         for name in group:
             fps[name] = upstream_fp = stage_fingerprint(cfg, name, upstream_fp)
@@ -164,8 +164,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict
                 io.write_json(io.join(root, name, "_SUCCESS"), {"fingerprint": fps[name], "stats": stats})
                 results[name] = {**stats, "reused": False}
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
-        if group[-1] != "write":
-            upstream = group[-1]
+        upstream = "docs/text" if group[-1] == "write" else group[-1]
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     print(format_table(summary))
     return summary

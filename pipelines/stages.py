@@ -227,8 +227,26 @@ class ExactDedupStage:
 
         res = inputs | "ExactDedup" >> ExactDedup()
         drops = res.duplicates | "DupDrops" >> beam.MapTuple(
-            lambda doc, survivor: drop(doc, "exact_dedup", "exact_duplicate", survivor).value)
-        return res.docs, drops, p | "NoCounters" >> beam.Create([])
+            lambda doc, survivor, size: drop(with_scores(doc, exact_group_size=size), "exact_dedup",
+                                             "exact_duplicate", survivor).value)
+        return res.docs, drops, res.counters
+
+
+# --------------------------------------------------------------------------------------- near dedup
+class NearDedupStage:
+    """MinHash LSH near-duplicates, verified by exact Jaccard, clustered by connected components."""
+
+    name, schema = "near_dedup", io.DOC_SCHEMA
+    starts_group = False
+
+    def build(self, p, cfg, inputs, root):
+        from dedup.near import NearDedup
+
+        res = inputs | "NearDedup" >> NearDedup(cfg["near_dedup"])
+        drops = res.duplicates | "NearDrops" >> beam.MapTuple(
+            lambda doc, survivor, size: drop(with_scores(doc, near_cluster_size=size), "near_dedup",
+                                             "near_duplicate", survivor).value)
+        return res.docs, drops, res.counters
 
 
 # -------------------------------------------------------------------------------------------- write
@@ -246,5 +264,31 @@ class WriteStage:
         return None, nothing, counters
 
 
+# -------------------------------------------------------------------------------------------- pack
+def _pack_identity(key_n):
+    """Map the packing counters onto the stage identity: documents tokenized are `out`, documents
+    whose text gives no tokens are dropped (`no_tokens`); everything else stays an extra counter."""
+    key, n = key_n
+    yield key, n
+    if key == "tokenize/docs":
+        yield "out", n
+    elif key == "tokenize/empty":
+        yield "dropped/no_tokens", n
+
+
+class PackStage:
+    """Tokenize, chunk deterministically, allocate phases, best-fit pack, write shards (SPEC §1.3)."""
+
+    name, schema = "pack", None
+    starts_group = True
+
+    def build(self, p, cfg, inputs, root):
+        from packing.config import resolve
+        from packing.transforms import BuildShards
+
+        counters = inputs | "BuildShards" >> BuildShards(resolve(cfg["pack"]), io.join(root, "shards"))
+        return None, p | "NoDrops" >> beam.Create([]), counters | "Identity" >> beam.FlatMap(_pack_identity)
+
+
 STAGES = {s.name: s for s in (ReadStage(), ExtractStage(), LanguageStage(), QualityStage(),
-                              ExactDedupStage(), WriteStage())}
+                              ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage())}

@@ -28,4 +28,20 @@ def format_table(summary: dict, top_reasons: int = 4) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:5], widths)))
              + "  " + r[5] for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return "\n".join(lines + _phase_lines(summary))
+
+
+def _phase_lines(summary: dict) -> list[str]:
+    """One line per packing phase: tokens in/out, chunks, sequences, padding rate and status."""
+    extra = next((s.get("extra", {}) for s in summary["stages"] if s["stage"] == "pack"), {})
+    phases = sorted({k.split("/")[1] for k in extra if k.startswith("pack/")})
+    if not phases:
+        return []
+    out = [f"\npack: {extra.get('tokenize/docs', 0)} docs, {extra.get('tokenize/tokens', 0)} tokens in; "
+           f"shared between phases: {extra.get('phase/shared_docs', 0)} docs"]
+    for ph in phases:
+        status = next((k.split(":", 1)[1] for k in extra if k.startswith(f"pack/{ph}/status:")), "?")
+        out.append(f"  {ph:<10} tokens={extra.get(f'pack/{ph}/tokens', 0):>12}  "
+                   f"chunks={extra.get(f'pack/{ph}/chunks', 0):>9}  sequences={extra.get(f'pack/{ph}/sequences', 0):>8}  "
+                   f"padding_rate={extra.get(f'pack/{ph}/padding_rate', 0.0):.2e}  status={status}")
+    return out

@@ -44,13 +44,17 @@ def test_identities_hold_for_every_stage(one_worker):
     out, summary = one_worker
     records = sum(1 for path in INPUTS for _ in iter_records(open(path, "rb")))
     stages = {s["stage"]: s for s in summary["stages"]}
-    assert list(stages) == ["read", "extract", "language", "quality", "exact_dedup", "write"]
+    assert list(stages) == ["read", "extract", "language", "quality", "exact_dedup", "near_dedup", "write", "pack"]
     assert stages["read"]["in"] == records == 132
     for name, s in stages.items():
         if name != "write":
             assert s["in"] == s["out"] + sum(s["dropped"].values()), name
     for a, b in zip(summary["stages"], summary["stages"][1:]):
         assert b["in"] == a["out"]
+    pack = stages["pack"]["extra"]
+    assert pack["tokenize/docs"] == stages["write"]["out"]
+    assert pack["phase/pretrain/tokens"] + pack.get("phase/long/tokens", 0) + pack.get("phase/unused_tokens", 0) \
+        == pack["tokenize/tokens"]
     assert json.loads((out / "stats" / "summary.json").read_text()) == summary
     assert stages["read"]["extra"]["records/response"] == 42
 
@@ -90,6 +94,11 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
     assert files1 == files2 and files1
     for name in files1:
         assert (out1 / "docs" / "text" / name).read_bytes() == (tmp_path / "docs" / "text" / name).read_bytes()
+    shards1 = sorted(p.relative_to(out1) for p in (out1 / "shards").rglob("*") if p.is_file())
+    shards2 = sorted(p.relative_to(tmp_path) for p in (tmp_path / "shards").rglob("*") if p.is_file())
+    assert shards1 == shards2 and any(p.suffix == ".arrow" for p in shards1)
+    for rel in shards1:
+        assert (out1 / rel).read_bytes() == (tmp_path / rel).read_bytes()
 
 
 def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
@@ -101,7 +110,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False,
-                      "exact_dedup": False, "write": False}
+                      "exact_dedup": False, "near_dedup": False, "write": False, "pack": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
     capsys.readouterr()
