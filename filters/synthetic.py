@@ -2,11 +2,13 @@
 (low-quality machine translation). DeepSeek-V4-style data step: such text carries little information
 and is treated as implicit repetition, so the pipeline drops documents above configured thresholds.
 
-Each scorer is a quantized fastText supervised classifier (word uni/bigrams + char 2-4-grams) on a
-normalized, bounded sample of the document's *prose lines*, stacked with a few cheap statistics
-(repetition, type-token ratio, compression ratio, function-word rate, sentence-length profile) by a
-logistic regression whose weights ship in the JSON beside the model. `filters/train_synthetic.py`
-reproduces both models; `filters/models/MODEL_CARD.md` has data, splits, figures and thresholds.
+Each scorer is a quantized fastText supervised classifier (llm: word uni+bigrams; poor_mt: word
+uni+bigrams + char 3-grams) on a normalized, bounded sample of the document's *prose lines*. Optionally
+(`train_filter(..., stats=True)`) a logistic regression stacks cheap statistics (repetition, type-token
+ratio, compression ratio, function-word rate, sentence-length profile); its weights ship in the JSON beside
+the model and are applied when present. The shipped models do not stack: it did not help on unseen
+generators (MODEL_CARD.md). `filters/train_synthetic.py` reproduces both models; the JSON beside each also
+holds its threshold, languages and held-out metrics.
 
 Page robustness: extracted pages start with a title line, a byline/date line and may carry
 boilerplate. Lines shorter than `MIN_PROSE_WORDS` words are left out of the sample (titles, bylines,
@@ -31,7 +33,7 @@ LLM_MODEL = MODELS_DIR / "llm_generated.ftz"
 MT_MODEL = MODELS_DIR / "poor_mt.ftz"
 
 MIN_PROSE_WORDS = 8  # shorter lines (title, byline, menus) are not scored
-MAX_CHARS = 2500  # bounded prose sample per document: cost is O(1) in document length
+MAX_CHARS = 1500  # bounded prose sample per document: cost is O(1) in document length
 
 # Languages each model was trained on (lid.176 codes). Elsewhere the score is 0.0 and
 # `<name>_supported` is False: we do not drop what we cannot judge.
@@ -39,8 +41,8 @@ LLM_LANGS = ("en",)
 MT_LANGS = ("en", "de")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_PUNCT = re.compile(r"([^\w\s])")
-_DIGIT = re.compile(r"\d")
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_DIGITS = str.maketrans("0123456789", "0000000000")
 _SPACE = re.compile(r"\s+")
 _SENT_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
@@ -93,10 +95,8 @@ def prose_sample(text: str, max_chars: int = MAX_CHARS, min_words: int = MIN_PRO
 
 
 def normalize(sample: str) -> str:
-    """fastText input: lower case, digits -> 0, punctuation split off words, one line."""
-    s = _DIGIT.sub("0", sample.lower())
-    s = _PUNCT.sub(r" \1 ", s)
-    return _SPACE.sub(" ", s).strip()
+    """fastText input: lower case, ASCII digits -> 0, punctuation split off words, one line."""
+    return " ".join(_TOKEN.findall(sample.lower().translate(_DIGITS)))
 
 
 STAT_NAMES = ("ttr50", "dup3", "compress", "funcw", "sent_len", "sent_cv", "word_len", "comma", "quote")
@@ -159,8 +159,8 @@ class _Classifier:
                 return min(max(float(p), 0.0), 1.0)
         return 0.0
 
-    def prob(self, sample: str, lang: str) -> float:
-        p = self.ft_prob(normalize(sample))
+    def prob(self, sample: str, lang: str, normalized: str | None = None) -> float:
+        p = self.ft_prob(normalize(sample) if normalized is None else normalized)
         if not self.stack:
             return p
         return stacked_prob(self.stack, p, text_stats(sample, lang))
@@ -207,6 +207,11 @@ class SyntheticTextScorer:
     def __getstate__(self):  # pickles (Beam) without the loaded models
         return {**self.__dict__, "_llm": None, "_mt": None}
 
+    def thresholds(self) -> dict:
+        """The shipped drop thresholds (held-out-calibrated, in each model's JSON)."""
+        self.load()
+        return {"llm_generated": self._llm.meta.get("threshold", 0.5), "poor_mt": self._mt.meta.get("threshold", 0.5)}
+
     @property
     def llm_langs(self) -> tuple:
         return tuple(self.load()._llm.meta.get("languages", LLM_LANGS))
@@ -223,10 +228,11 @@ class SyntheticTextScorer:
                "llm_generated_supported": lang in self.llm_langs, "poor_mt_supported": lang in self.mt_langs}
         if len(sample) < 20:  # nothing to judge
             return out
+        line = normalize(sample)
         if out["llm_generated_supported"]:
-            out["llm_generated"] = round(self._llm.prob(sample, lang), 6)
+            out["llm_generated"] = round(self._llm.prob(sample, lang, line), 6)
         if out["poor_mt_supported"]:
-            out["poor_mt"] = round(self._mt.prob(sample, lang), 6)
+            out["poor_mt"] = round(self._mt.prob(sample, lang, line), 6)
         return out
 
     __call__ = score

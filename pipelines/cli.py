@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -17,6 +18,22 @@ def _run(args, beam_args):
         cfg["beam_args"] = list(cfg["beam_args"]) + beam_args
     stages = args.stages.split(",") if args.stages else None
     run(cfg, stages=stages, force=args.force)
+
+
+def _score(args, _):
+    from filters.score import TextScorer, score_jsonl
+    from pipelines.config import load_config
+
+    cfg = load_config(args.config)
+    n = score_jsonl(args.input, args.output, TextScorer(cfg["quality"], cfg["language"], cfg["synthetic"]))
+    print(f"scored {n} lines -> {args.output}")
+
+
+def _train_filter(args, _):
+    from filters.train_synthetic import train_filter
+
+    metrics = train_filter(args.kind, args.data, args.out, seed=args.seed)
+    print(json.dumps(metrics, indent=1, default=str))
 
 
 def _stats(args, _):
@@ -44,6 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("stats", help="print the per-stage table of a finished run")
     s.add_argument("dir")
     s.set_defaults(func=_stats)
+    sc = sub.add_parser("score", help="add every text score to each {\"text\": ...} line of a JSONL file")
+    sc.add_argument("--input", required=True)
+    sc.add_argument("--output", required=True)
+    sc.add_argument("--config", help="run config whose quality/language/synthetic sections to use")
+    sc.set_defaults(func=_score)
+    tf = sub.add_parser("train-filter", help="reproduce a shipped weak-LLM / poor-MT model")
+    tf.add_argument("kind", choices=["llm", "mt"])
+    tf.add_argument("--data", required=True, help="the shared data folder (llm_detect/, mt_quality/, html/)")
+    tf.add_argument("--out", required=True, help="model path (.ftz); metrics go to <out>.json")
+    tf.add_argument("--seed", type=int, default=0)
+    tf.set_defaults(func=_train_filter)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Beam's import warns about optional GCP client libraries through the root logger; keep that

@@ -15,7 +15,7 @@ from packing.config import DEFAULTS as PACK_DEFAULTS
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 
-STAGE_ORDER = ["read", "extract", "language", "quality", "exact_dedup", "near_dedup", "write", "pack"]
+STAGE_ORDER = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write", "pack"]
 LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 
 DEFAULTS: dict = {
@@ -31,6 +31,8 @@ DEFAULTS: dict = {
                 "c4_line_filter": True},
     "language": {"model": None, "languages": None, "min_score": 0.5, "max_chars": 2000},
     "quality": {},
+    "synthetic": {"llm_model": None, "mt_model": None, "llm_generated_threshold": None,
+                  "poor_mt_threshold": None, "max_chars": 1500},
     "exact_dedup": {},
     "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},

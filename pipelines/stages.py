@@ -217,6 +217,44 @@ class QualityStage:
         return res.docs, res[DROPPED], res[COUNTERS]
 
 
+# ---------------------------------------------------------------------------------------- synthetic
+class ScoreSyntheticText(beam.DoFn):
+    """Weak-LLM output and poor machine translation: implicit repetition (DeepSeek-V4.1 data step).
+    Both probabilities are stored on every document; drops use the configured (or shipped) thresholds
+    and only languages a model was trained on."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.scorer = self.thresholds = None
+
+    def setup(self):
+        from filters.synthetic import SyntheticTextScorer
+
+        self.scorer = SyntheticTextScorer(self.cfg["llm_model"], self.cfg["mt_model"], self.cfg["max_chars"]).load()
+        shipped = self.scorer.thresholds()
+        self.thresholds = {k: self.cfg[f"{k}_threshold"] if self.cfg[f"{k}_threshold"] is not None else v
+                           for k, v in shipped.items()}
+
+    def process(self, doc):
+        scores = self.scorer.score(doc["text"], doc["lang"])
+        doc = with_scores(doc, llm_generated=scores["llm_generated"], poor_mt=scores["poor_mt"])
+        for name in ("llm_generated", "poor_mt"):
+            if scores[f"{name}_supported"] and scores[name] >= self.thresholds[name]:
+                yield drop(doc, "synthetic", name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}")
+                return
+        yield doc
+
+
+class SyntheticStage:
+    name, schema = "synthetic", io.DOC_SCHEMA
+    starts_group = False
+
+    def build(self, p, cfg, inputs, root):
+        res = inputs | "Synthetic" >> beam.ParDo(ScoreSyntheticText(cfg["synthetic"])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
 # -------------------------------------------------------------------------------------- exact dedup
 class ExactDedupStage:
     name, schema = "exact_dedup", io.DOC_SCHEMA
@@ -290,5 +328,5 @@ class PackStage:
         return None, p | "NoDrops" >> beam.Create([]), counters | "Identity" >> beam.FlatMap(_pack_identity)
 
 
-STAGES = {s.name: s for s in (ReadStage(), ExtractStage(), LanguageStage(), QualityStage(),
+STAGES = {s.name: s for s in (ReadStage(), ExtractStage(), LanguageStage(), QualityStage(), SyntheticStage(),
                               ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage())}

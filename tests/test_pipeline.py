@@ -44,7 +44,8 @@ def test_identities_hold_for_every_stage(one_worker):
     out, summary = one_worker
     records = sum(1 for path in INPUTS for _ in iter_records(open(path, "rb")))
     stages = {s["stage"]: s for s in summary["stages"]}
-    assert list(stages) == ["read", "extract", "language", "quality", "exact_dedup", "near_dedup", "write", "pack"]
+    assert list(stages) == ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup",
+                            "write", "pack"]
     assert stages["read"]["in"] == records == 132
     for name, s in stages.items():
         if name != "write":
@@ -109,7 +110,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
     cfg["quality"] = {"c4": False}
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
-    assert reused == {"read": True, "extract": True, "language": False, "quality": False,
+    assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
                       "exact_dedup": False, "near_dedup": False, "write": False, "pack": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
@@ -168,3 +169,16 @@ def test_shipped_configs_load(name):
 
         opts = pipeline_options(cfg).get_all_options()
         assert opts["runner"] == cfg["runner"]
+
+
+def test_score_command_adds_every_score(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": "The committee met on Tuesday to discuss the budget. "
+                                       "Members agreed to postpone the vote until next month."}) + "\n"
+                   + json.dumps({"id": 7}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert cli_main(["score", "--input", str(src), "--output", str(out)]) == 0
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    assert first["lang"] == "en" and 0 <= first["llm_generated"] <= 1 and 0 <= first["poor_mt"] <= 1
+    assert first["quality"]["gopher_word_count"] == 18 and "gopher_too_few_words" in first["quality_failed"]
+    assert second == {"id": 7, "error": "no text field"}

@@ -1,0 +1,39 @@
+"""`curate score`: every text score the pipeline computes, added to each line of a JSONL file, so
+users can choose thresholds before filtering. No Beam; the same modules the pipeline stages call."""
+
+from __future__ import annotations
+
+import json
+
+from filters.language import LanguageIdentifier
+from filters.quality import QualityConfig, QualityFilter
+from filters.synthetic import SyntheticTextScorer
+
+
+class TextScorer:
+    def __init__(self, quality: dict | None = None, language: dict | None = None, synthetic: dict | None = None):
+        language, synthetic = language or {}, synthetic or {}
+        self.lid = LanguageIdentifier(language.get("model"), language.get("max_chars", 2000))
+        self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
+        self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
+
+    def __call__(self, text: str) -> dict:
+        lang, lang_score = self.lid(text)
+        failed, values = self.quality(text, lang)
+        return {"lang": lang, "lang_score": round(lang_score, 6), "quality": values,
+                "quality_failed": failed, **self.synthetic.score(text, lang)}
+
+
+def score_jsonl(input_path: str, output_path: str, scorer: TextScorer) -> int:
+    """Adds the scores to every `{"text": ...}` line; a line without text gets `"error"`. Returns lines."""
+    n = 0
+    with open(input_path, encoding="utf-8") as src, open(output_path, "w", encoding="utf-8") as out:
+        for line in src:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            text = row.get("text")
+            row.update(scorer(text) if isinstance(text, str) else {"error": "no text field"})
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
