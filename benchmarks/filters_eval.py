@@ -27,7 +27,7 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
 import numpy as np  # noqa: E402
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[0] = str(Path(__file__).resolve().parents[1])  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
 from dedup.exact import normalize_for_hash  # noqa: E402
 from dedup.minhash import MinHasher, jaccard, shingles, uses_characters  # noqa: E402

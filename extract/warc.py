@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from fastwarc.warc import ArchiveIterator, WarcRecordType
@@ -40,7 +40,6 @@ class RawRecord:
     block_content_type: str = ""
     warc_truncated: str = ""
     payload: bytes = b""
-    headers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -56,18 +55,26 @@ def _mime(value: str | None) -> str:
     return (value or "").split(";", 1)[0].strip().lower()
 
 
+_DOCUMENT_TYPES = WarcRecordType.response | WarcRecordType.resource | WarcRecordType.conversion | WarcRecordType.revisit
+
+
 def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int) -> Iterator[RawRecord | ReadError]:
-    """Parse every record in `stream` with fastwarc. `offset` fixes the reported offset (gzip member start)."""
-    for rec in ArchiveIterator(stream, parse_http=True, strict_mode=False):
+    """Parse every record in `stream` with fastwarc. `offset` fixes the reported offset (gzip member start).
+    Records that cannot hold a document (request, metadata, warcinfo) are only typed and counted:
+    parsing their headers would cost more than everything else the reader does."""
+    for rec in ArchiveIterator(stream, parse_http=False, strict_mode=False):
         rtype = rec.record_type
         pos = offset if offset is not None else rec.stream_pos
-        headers = rec.headers
-        if str(rtype) == "unknown" and not headers.get("WARC-Record-ID"):
-            yield ReadError("bad_warc_header", pos, "no WARC-Type / WARC-Record-ID")
+        if not rtype & _DOCUMENT_TYPES:
+            if str(rtype) == "unknown" and not rec.headers.get("WARC-Record-ID"):
+                yield ReadError("bad_warc_header", pos, "no WARC-Type / WARC-Record-ID")
+            else:
+                yield RawRecord(warc_type=str(rtype), record_id="", url="", offset=pos)
             continue
         if rec.content_length > max_payload:
             yield ReadError("record_too_large", pos, f"{rec.content_length} bytes")
             continue
+        headers = rec.headers
         raw = RawRecord(
             warc_type=str(rtype),
             record_id=headers.get("WARC-Record-ID") or "",
@@ -78,14 +85,12 @@ def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int)
             block_content_type=_mime(headers.get("Content-Type")),
             warc_truncated=headers.get("WARC-Truncated") or "",
         )
-        if rtype in (WarcRecordType.response, WarcRecordType.resource, WarcRecordType.conversion,
-                     WarcRecordType.revisit):
-            if rec.is_http:
-                raw.http_status = rec.http_headers.status_code
-                raw.http_content_type = _mime(rec.http_content_type)
-                raw.http_charset = (rec.http_charset or "").lower()
-                raw.headers = {k.lower(): v for k, v in rec.http_headers.items()}
-            raw.payload = rec.reader.read()
+        if raw.block_content_type.startswith("application/http"):
+            rec.parse_http(strict_mode=False)
+            raw.http_status = rec.http_headers.status_code
+            raw.http_content_type = _mime(rec.http_content_type)
+            raw.http_charset = (rec.http_charset or "").lower()
+        raw.payload = rec.reader.read()
         yield raw
 
 

@@ -130,7 +130,7 @@ def plan_groups(names: list[str]) -> list[list[str]]:
     return groups
 
 
-def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict:
+def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True) -> dict:
     """Run the configured stages group by group, reusing finished groups whose fingerprints match."""
     root = cfg["output"]
     selected = set(stages or cfg["stages"])
@@ -166,5 +166,6 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False) -> dict
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
         upstream = "docs/text" if group[-1] == "write" else group[-1]
     io.write_json(io.join(root, "stats", "summary.json"), summary)
-    print(format_table(summary))
+    if echo:
+        print(format_table(summary))
     return summary
