@@ -46,14 +46,21 @@ PREFIX = "near/"
 
 
 def smallest_id(doc: dict):
-    """Default survivor rank: every member ranks equal, so the smallest id wins."""
+    """Every member ranks equal, so the smallest id wins."""
     return ()
+
+
+def earliest_capture(doc: dict):
+    """Default: the first-crawled copy (WARC-Date, ISO 8601 sorts as text) survives, since syndicated
+    and scraped copies appear after their source; undated docs rank last; ties go to the smallest id."""
+    date = doc.get("warc_date") or ""
+    return (date == "", date)
 
 
 # A survivor rule is a picklable `rank(doc) -> comparable`; the member with the smallest
 # (rank(doc), doc["id"]) survives. A sort key (not a choice over the member list) keeps the
 # choice streaming over a re-iterable group, and the id tie-break makes it deterministic.
-SURVIVOR_RULES = {"smallest_id": smallest_id}
+SURVIVOR_RULES = {"smallest_id": smallest_id, "earliest_capture": earliest_capture}
 
 DEFAULTS = {
     "ngram": NGRAM,        # words per shingle (characters for Han/kana text)
@@ -64,7 +71,7 @@ DEFAULTS = {
     "rows": 3,
     "verify": True,        # exact Jaccard check of candidate pairs before they merge clusters
     "max_rounds": 12,      # large-star + small-star rounds in the graph; a path of n docs needs ~log2(n)
-    "survivor": "smallest_id",  # a SURVIVOR_RULES name or a picklable rank(doc) callable
+    "survivor": "earliest_capture",  # a SURVIVOR_RULES name or a picklable rank(doc) callable
 }
 
 

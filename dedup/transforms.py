@@ -7,7 +7,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from dedup.exact import text_hash
-from dedup.near import COUNTERS, DUPLICATES, ChooseSurvivor, smallest_id
+from dedup.near import COUNTERS, DUPLICATES, SURVIVOR_RULES, ChooseSurvivor
 
 
 class ExactDedupResult(NamedTuple):
@@ -18,13 +18,12 @@ class ExactDedupResult(NamedTuple):
 
 class ExactDedup(beam.PTransform):
     """Exact dedup on the normalized-text hash: one GroupByKey, then the member with the smallest
-    (rank(doc), id) survives; by default rank is constant, so the smallest id wins, independent of
-    arrival order. The group is read twice, never held in memory (a million copies of one error
-    page stay a stream)."""
+    (rank(doc), id) survives (default: earliest capture), independent of arrival order. The group is
+    read twice, never held in memory (a million copies of one error page stay a stream)."""
 
-    def __init__(self, rank=smallest_id):
+    def __init__(self, survivor: str = "earliest_capture"):
         super().__init__()
-        self.rank = rank
+        self.rank = SURVIVOR_RULES[survivor]
 
     def expand(self, docs):
         chosen = (docs | "HashText" >> beam.Map(lambda d: (text_hash(d["text"]), d))

@@ -33,7 +33,7 @@ DEFAULTS: dict = {
     "quality": {},
     "synthetic": {"llm_model": None, "mt_model": None, "llm_generated_threshold": None,
                   "poor_mt_threshold": None, "max_chars": 1500},
-    "exact_dedup": {},
+    "exact_dedup": {"survivor": "earliest_capture"},
     "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},
     "pack": copy.deepcopy(PACK_DEFAULTS),

@@ -263,7 +263,7 @@ class ExactDedupStage:
     def build(self, p, cfg, inputs, root):
         from dedup.transforms import ExactDedup
 
-        res = inputs | "ExactDedup" >> ExactDedup()
+        res = inputs | "ExactDedup" >> ExactDedup(cfg["exact_dedup"]["survivor"])
         drops = res.duplicates | "DupDrops" >> beam.MapTuple(
             lambda doc, survivor, size: drop(with_scores(doc, exact_group_size=size), "exact_dedup",
                                              "exact_duplicate", survivor).value)

@@ -80,11 +80,13 @@ def test_documents_and_drops_are_written_with_reasons(one_worker):
 
 def test_exact_duplicates_name_their_survivor(one_worker):
     out, _ = one_worker
-    kept = {d["id"] for d in rows(out / "docs" / "text")}
+    kept = {d["id"]: d for d in rows(out / "docs" / "text")}
     dups = rows(out / "dropped" / "exact_dedup")
     assert len(dups) >= 2
-    for d in dups:
-        assert d["detail"] in kept and d["detail"] < d["id"]  # survivor = smallest id
+    for d in dups:  # survivor = the first-crawled copy
+        assert d["detail"] in kept and kept[d["detail"]]["warc_date"] <= d["warc_date"]
+    by_url = {l["url"]: l for l in labels()}
+    assert all(by_url[d["url"]]["category"] in ("exact_dup", "near_dup") for d in dups if d["url"] in by_url)
 
 
 def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
