@@ -11,6 +11,7 @@ import collections
 import glob
 import json
 import os
+import re
 
 import pyarrow.parquet as pq
 import xxhash
@@ -21,6 +22,43 @@ def load(pattern, columns):
     for path in sorted(glob.glob(pattern)):
         rows += pq.read_table(path, columns=columns).to_pylist()
     return rows
+
+
+def dedup_report(labels, kept, dropped):
+    """Issue #4's figures: labelled duplicates removed (by any stage), near-dup recall by recorded
+    Jaccard, originals kept, and other human pages removed as duplicates."""
+    def did(lab):
+        return xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
+
+    by_url = {lab["url"]: lab for lab in labels}
+    dup_reasons = ("exact_dedup:exact_duplicate", "near_dedup:near_duplicate")
+    out = {}
+    for cat in ("exact_dup", "near_dup"):
+        pages = [lab for lab in labels if lab["category"] == cat]
+        removed = [lab for lab in pages if did(lab) not in kept]
+        out[cat] = {"pages": len(pages), "removed": len(removed),
+                    "removed_as_duplicate": sum(dropped.get(did(lab)) in dup_reasons for lab in pages)}
+    high = [lab for lab in labels if lab["category"] == "near_dup"
+            and float(re.search(r"Jaccard[^0-9]*([0-9.]+)", lab["notes"] or "J 0").group(1)) >= 0.7]
+    out["near_dup"]["recorded_jaccard_ge_0.7"] = {"pages": len(high), "removed": sum(did(lab) not in kept for lab in high)}
+    originals = {lab["dup_of"] for lab in labels if lab["category"] in ("exact_dup", "near_dup") and lab["dup_of"]}
+    clusters_lost = 0
+    for url in originals:
+        members = [by_url[url]] + [lab for lab in labels if lab["dup_of"] == url]
+        if all(did(m) not in kept for m in members) and any(dropped.get(did(m)) in dup_reasons for m in members):
+            clusters_lost += 1  # every member gone and a duplicate drop among them
+    out["clusters_losing_all_members_to_dedup"] = clusters_lost
+    # a duplicate may survive legitimately when its original was dropped by an earlier filter
+    pairs = [(lab, by_url[lab["dup_of"]]) for lab in labels
+             if lab["category"] in ("exact_dup", "near_dup") and lab["dup_of"] in by_url]
+    out["labelled_pairs"] = {"pairs": len(pairs),
+                             "both_kept": sum(did(a) in kept and did(b) in kept for a, b in pairs),
+                             "duplicate_kept_original_dropped_before_dedup": sum(
+                                 did(a) in kept and did(b) not in kept for a, b in pairs)}
+    others = [lab for lab in labels if lab["category"] == "human" and lab["url"] not in originals]
+    out["other_human_pages_removed_as_duplicates"] = {
+        "pages": len(others), "removed": sum(dropped.get(did(lab)) in dup_reasons for lab in others)}
+    return out
 
 
 def main():
@@ -36,7 +74,7 @@ def main():
     for lab in labels:
         did = xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
         fate[lab["category"]]["kept" if did in kept else dropped.get(did, "missing")] += 1
-    report = {}
+    report = {"dedup": dedup_report(labels, kept, dropped)}
     for cat, counter in sorted(fate.items()):
         total = sum(counter.values())
         report[cat] = {"pages": total, "kept": counter["kept"], "kept_frac": round(counter["kept"] / total, 4),
