@@ -263,3 +263,28 @@ class _Prepend(io.RawIOBase):
         data = self.stream.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+def slice_captures(src: str, dst: str, keep: set[str]) -> int:
+    """Copy, byte for byte and in order, the warcinfo member and every capture whose response/revisit
+    record id is in `keep` (with the request before and the metadata after it) from one gzip-per-record
+    WARC to another. Used to cut the bundled sample and test fixtures from real files. Returns records."""
+    with open(src, "rb") as fh:
+        raw = fh.read()
+    members = []
+    for offset, data, _ in _MemberSplitter(io.BytesIO(raw), 1 << 30):
+        rec = next(iter(ArchiveIterator(io.BytesIO(data), parse_http=False)))
+        members.append((offset, str(rec.record_type), rec.headers.get("WARC-Record-ID")))
+    ends = [m[0] for m in members[1:]] + [len(raw)]
+    chosen = set()
+    for i, (_, rtype, rid) in enumerate(members):
+        if rtype == "warcinfo" or (rtype in ("response", "revisit") and rid in keep):
+            chosen.add(i)
+            if i > 0 and members[i - 1][1] == "request":
+                chosen.add(i - 1)
+            if i + 1 < len(members) and members[i + 1][1] == "metadata":
+                chosen.add(i + 1)
+    with open(dst, "wb") as out:
+        for i in sorted(chosen):
+            out.write(raw[members[i][0]:ends[i]])
+    return len(chosen)

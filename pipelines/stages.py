@@ -102,6 +102,20 @@ class ReadStage:
         return res.docs, res[DROPPED], res[COUNTERS]
 
 
+class PerDocumentStage:
+    """A stage that is one DoFn over documents, configured by its own config section."""
+
+    schema = io.DOC_SCHEMA
+
+    def __init__(self, name: str, dofn, starts_group: bool):
+        self.name, self.dofn, self.starts_group = name, dofn, starts_group
+
+    def build(self, p, cfg, inputs, root):
+        res = inputs | self.name >> beam.ParDo(self.dofn(cfg[self.name])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
 # ------------------------------------------------------------------------------------------ extract
 class ExtractText(beam.DoFn):
     def __init__(self, cfg: dict):
@@ -140,16 +154,6 @@ class ExtractText(beam.DoFn):
         yield out
 
 
-class ExtractStage:
-    name, schema = "extract", io.DOC_SCHEMA
-    starts_group = False
-
-    def build(self, p, cfg, inputs, root):
-        res = inputs | "Extract" >> beam.ParDo(ExtractText(cfg["extract"])).with_outputs(
-            DROPPED, COUNTERS, main="docs")
-        return res.docs, res[DROPPED], res[COUNTERS]
-
-
 # ----------------------------------------------------------------------------------------- language
 class IdentifyLanguage(beam.DoFn):
     """fastText lid.176; the model loads once per worker in setup()."""
@@ -175,16 +179,6 @@ class IdentifyLanguage(beam.DoFn):
             yield doc
 
 
-class LanguageStage:
-    name, schema = "language", io.DOC_SCHEMA
-    starts_group = True
-
-    def build(self, p, cfg, inputs, root):
-        res = inputs | "LangID" >> beam.ParDo(IdentifyLanguage(cfg["language"])).with_outputs(
-            DROPPED, COUNTERS, main="docs")
-        return res.docs, res[DROPPED], res[COUNTERS]
-
-
 # ------------------------------------------------------------------------------------------ quality
 class ApplyQualityRules(beam.DoFn):
     """Gopher quality + repetition, C4 and FineWeb rules; every measured value is kept on the doc."""
@@ -205,16 +199,6 @@ class ApplyQualityRules(beam.DoFn):
             yield drop(doc, "quality", failed[0], ",".join(failed))
         else:
             yield doc
-
-
-class QualityStage:
-    name, schema = "quality", io.DOC_SCHEMA
-    starts_group = False
-
-    def build(self, p, cfg, inputs, root):
-        res = inputs | "Quality" >> beam.ParDo(ApplyQualityRules(cfg["quality"])).with_outputs(
-            DROPPED, COUNTERS, main="docs")
-        return res.docs, res[DROPPED], res[COUNTERS]
 
 
 # ---------------------------------------------------------------------------------------- synthetic
@@ -243,16 +227,6 @@ class ScoreSyntheticText(beam.DoFn):
                 yield drop(doc, "synthetic", name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}")
                 return
         yield doc
-
-
-class SyntheticStage:
-    name, schema = "synthetic", io.DOC_SCHEMA
-    starts_group = False
-
-    def build(self, p, cfg, inputs, root):
-        res = inputs | "Synthetic" >> beam.ParDo(ScoreSyntheticText(cfg["synthetic"])).with_outputs(
-            DROPPED, COUNTERS, main="docs")
-        return res.docs, res[DROPPED], res[COUNTERS]
 
 
 # -------------------------------------------------------------------------------------- exact dedup
@@ -328,5 +302,10 @@ class PackStage:
         return None, p | "NoDrops" >> beam.Create([]), counters | "Identity" >> beam.FlatMap(_pack_identity)
 
 
-STAGES = {s.name: s for s in (ReadStage(), ExtractStage(), LanguageStage(), QualityStage(), SyntheticStage(),
-                              ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage())}
+STAGES = {s.name: s for s in (
+    ReadStage(),
+    PerDocumentStage("extract", ExtractText, starts_group=False),
+    PerDocumentStage("language", IdentifyLanguage, starts_group=True),
+    PerDocumentStage("quality", ApplyQualityRules, starts_group=False),
+    PerDocumentStage("synthetic", ScoreSyntheticText, starts_group=False),
+    ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage())}

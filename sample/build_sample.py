@@ -9,10 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from fastwarc.warc import ArchiveIterator
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from extract.warc import _MemberSplitter  # noqa: E402
+from extract.warc import slice_captures  # noqa: E402
 
 SRC = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data/corpus/mixed-dev.warc.gz")
 DST = Path(__file__).parent / "mixed-dev-slice.warc.gz"
@@ -27,26 +25,9 @@ for lab in labels:
         if lab["dup_of"] in by_url:
             keep.add(by_url[lab["dup_of"]]["record_id"])
 
-raw = SRC.read_bytes()
-members = []
-with open(SRC, "rb") as fh:
-    for offset, data, _ in _MemberSplitter(fh, 1 << 30):
-        rec = next(iter(ArchiveIterator(__import__("io").BytesIO(data), parse_http=False)))
-        members.append((offset, str(rec.record_type), rec.headers.get("WARC-Record-ID")))
-ends = [m[0] for m in members[1:]] + [len(raw)]
-chosen = []
-for i, (offset, rtype, rid) in enumerate(members):
-    if rtype == "warcinfo" or (rtype in ("response", "revisit") and rid in keep):
-        chosen.append(i)
-        if i > 0 and members[i - 1][1] == "request":
-            chosen.append(i - 1)
-        if i + 1 < len(members) and members[i + 1][1] == "metadata":
-            chosen.append(i + 1)
-with open(DST, "wb") as out:
-    for i in sorted(set(chosen)):
-        out.write(raw[members[i][0]:ends[i]])
+n_records = slice_captures(str(SRC), str(DST), keep)
 kept = [lab for lab in labels if lab["record_id"] in keep]
 with open(DST.with_suffix("").with_suffix(".labels.jsonl"), "w") as out:
     for lab in kept:
         out.write(json.dumps(lab) + "\n")
-print(f"{DST}: {len(set(chosen))} records, {len(kept)} labelled captures, {DST.stat().st_size} bytes")
+print(f"{DST}: {n_records} records, {len(kept)} labelled captures, {DST.stat().st_size} bytes")

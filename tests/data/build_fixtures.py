@@ -4,16 +4,13 @@ Keeps, byte for byte and in order, the gzip members of a fixed, category-balance
 (request + response + metadata), chosen by label from sample/mixed-dev-slice.labels.jsonl.
 """
 
-import io
 import json
 import sys
 from pathlib import Path
 
-from fastwarc.warc import ArchiveIterator
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from extract.warc import _MemberSplitter  # noqa: E402
+from extract.warc import slice_captures  # noqa: E402
 
 SRC = ROOT / "sample" / "mixed-dev-slice.warc.gz"
 DST = Path(__file__).parent / "warc" / "mini.warc.gz"
@@ -38,27 +35,10 @@ for lab in labels:
     if lab["dup_of"] in by_url:
         keep.add(by_url[lab["dup_of"]]["record_id"])
 
-raw = SRC.read_bytes()
-members = []
-with open(SRC, "rb") as fh:
-    for offset, data, _ in _MemberSplitter(fh, 1 << 30):
-        rec = next(iter(ArchiveIterator(io.BytesIO(data), parse_http=False)))
-        members.append((offset, str(rec.record_type), rec.headers.get("WARC-Record-ID")))
-ends = [m[0] for m in members[1:]] + [len(raw)]
-chosen = set()
-for i, (_, rtype, rid) in enumerate(members):
-    if rtype == "warcinfo" or (rtype in ("response", "revisit") and rid in keep):
-        chosen.add(i)
-        if i > 0 and members[i - 1][1] == "request":
-            chosen.add(i - 1)
-        if i + 1 < len(members) and members[i + 1][1] == "metadata":
-            chosen.add(i + 1)
 DST.parent.mkdir(parents=True, exist_ok=True)
-with open(DST, "wb") as out:
-    for i in sorted(chosen):
-        out.write(raw[members[i][0]:ends[i]])
+n_records = slice_captures(str(SRC), str(DST), keep)
 with open(DST.with_suffix("").with_suffix(".labels.jsonl"), "w") as out:
     for lab in labels:
         if lab["record_id"] in keep:
             out.write(json.dumps({k: lab[k] for k in ("record_id", "url", "category", "lang", "dup_of", "source")}) + "\n")
-print(f"{DST}: {len(chosen)} records, {len(keep)} captures, {DST.stat().st_size} bytes")
+print(f"{DST}: {n_records} records, {len(keep)} captures, {DST.stat().st_size} bytes")
