@@ -39,6 +39,7 @@ class RawRecord:
     identified_type: str = ""
     block_content_type: str = ""
     warc_truncated: str = ""
+    x_robots_tag: str = ""
     payload: bytes = b""
 
 
@@ -90,6 +91,7 @@ def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int)
             raw.http_status = rec.http_headers.status_code
             raw.http_content_type = _mime(rec.http_content_type)
             raw.http_charset = (rec.http_charset or "").lower()
+            raw.x_robots_tag = rec.http_headers.get("X-Robots-Tag") or ""
         raw.payload = rec.reader.read()
         yield raw
 

@@ -44,6 +44,10 @@ def _stats(args, _):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # the pretraining stage has its own options (trainer/cli.py)
+        from trainer.cli import main as train_main
+
+        return train_main(argv[1:])
     beam_args = []
     if "--" in argv:  # everything after `--` goes to Beam untouched
         i = argv.index("--")
@@ -72,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     tf.add_argument("--out", required=True, help="model path (.ftz); metrics go to <out>.json")
     tf.add_argument("--seed", type=int, default=0)
     tf.set_defaults(func=_train_filter)
+    sub.add_parser("train", help="pretrain on packed shards (see `curate train --help`)", add_help=False)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Beam's import warns about optional GCP client libraries through the root logger; keep that

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import yaml
 
+from dedup.image import DEFAULTS as IMAGE_DEFAULTS
 from dedup.near import DEFAULTS as NEAR_DEFAULTS
 from packing.config import DEFAULTS as PACK_DEFAULTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 
-STAGE_ORDER = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write", "pack"]
+STAGE_ORDER = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write", "pack",
+               "image_pairs"]
 LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 
 DEFAULTS: dict = {
@@ -37,6 +39,7 @@ DEFAULTS: dict = {
     "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},
     "pack": copy.deepcopy(PACK_DEFAULTS),
+    "image_pairs": copy.deepcopy(IMAGE_DEFAULTS),
 }
 
 
@@ -73,11 +76,12 @@ def load_config(path: str | None = None, **overrides) -> dict:
     return cfg
 
 
-def stage_fingerprint(cfg: dict, stage: str, upstream: str) -> str:
-    """Hash of everything that determines a stage's output: its config section, the upstream
-    fingerprint, and (for read) the input list. A finished stage is reused only if this matches."""
+def stage_fingerprint(cfg: dict, stage: str, upstream: str | None) -> str:
+    """Hash of everything that determines a stage's output: its config section, and the upstream
+    stage's fingerprint, or for a stage that reads the WARCs itself (upstream None) the input list
+    and read settings. A finished stage is reused only if this matches."""
     payload = {"stage": stage, "section": cfg.get(stage), "upstream": upstream,
                "write_dropped": cfg["write_dropped"]}
-    if stage == "read":
-        payload["input"] = cfg["input"]
+    if upstream is None:
+        payload["input"], payload["read"] = cfg["input"], cfg["read"]
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

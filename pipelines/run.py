@@ -26,7 +26,8 @@ from pipelines.stats import format_table
 log = logging.getLogger("curate")
 LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner"}
 # Folders a stage owns besides OUT/<stage> and OUT/dropped/<stage>: cleared before it reruns.
-EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"], "pack": ["shards"]}
+EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"], "pack": ["shards"],
+                 "image_pairs": ["docs/pairs", "images"]}
 
 
 class StageInvariantError(RuntimeError):
@@ -65,7 +66,8 @@ def _count(pcoll, label: str, key: str):
 def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> dict[str, dict]:
     """One Beam pipeline for a group of stages; per-stage counters, dropped docs and stats.json."""
     with beam.Pipeline(options=pipeline_options(cfg)) as p:
-        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream else None
+        needs_input = STAGES[names[0]].needs_input
+        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream and needs_input else None
         for name in names:
             stage = STAGES[name]
             inputs = docs
@@ -140,7 +142,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     for group in plan_groups([s for s in STAGE_ORDER if s in cfg["stages"]]):
         fps = {}
         for name in group:
-            fps[name] = upstream_fp = stage_fingerprint(cfg, name, upstream_fp)
+            reads_warcs = not STAGES[name].needs_input
+            fps[name] = upstream_fp = stage_fingerprint(cfg, name, None if reads_warcs else upstream_fp)
         markers = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         finished = all(m and m["fingerprint"] == fps[n] for n, m in markers.items())
         label = "+".join(group)

@@ -46,10 +46,12 @@ def count(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
 
 # --------------------------------------------------------------------------------------------- read
 class ReadWarcFile(beam.DoFn):
-    """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops."""
+    """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops, and with
+    `images` the image responses (tag 'image') for the image-text branch."""
 
-    def __init__(self, max_record_bytes: int):
+    def __init__(self, max_record_bytes: int, images: bool = False):
         self.max_record_bytes = max_record_bytes
+        self.images = images
 
     def process(self, readable_file):
         from extract.records import doc_id, route
@@ -76,7 +78,15 @@ class ReadWarcFile(beam.DoFn):
                 doc = {"id": doc_id(item, path), "url": item.url, "warc_file": path,
                        "warc_offset": item.offset, "warc_date": item.date}
                 if where == "drop":
-                    yield drop(doc, "read", reason, item.http_content_type or item.identified_type, text="")
+                    content_type = item.http_content_type or item.identified_type
+                    if self.images and reason == "non_html_image":
+                        from extract.images import image_record
+
+                        record = image_record(item.url, item.http_status, content_type, item.payload,
+                                              item.x_robots_tag)
+                        if record is not None:
+                            yield beam.pvalue.TaggedOutput("image", {**record, "warc_date": item.date})
+                    yield drop(doc, "read", reason, content_type, text="")
                 elif where == "pdf":
                     yield beam.pvalue.TaggedOutput("pdf", {**doc, "payload": item.payload})
                     yield drop(doc, "read", reason, "written to docs/pdf", text="")
@@ -87,17 +97,21 @@ class ReadWarcFile(beam.DoFn):
             yield count(key, n)
 
 
+def read_warcs(p, cfg, images: bool = False):
+    return (p | "Patterns" >> beam.Create(cfg["input"])
+            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
+            | "Files" >> fileio.ReadMatches()
+            | "Reshuffle files" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], images)).with_outputs(
+                DROPPED, COUNTERS, "pdf", "image", main="docs"))
+
+
 class ReadStage:
     name, schema = "read", io.RAW_SCHEMA
-    starts_group = True
+    starts_group, needs_input = True, False
 
     def build(self, p, cfg, inputs, root):
-        res = (p | "Patterns" >> beam.Create(cfg["input"])
-               | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
-               | "Files" >> fileio.ReadMatches()
-               | "Reshuffle files" >> beam.Reshuffle()
-               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"])).with_outputs(
-                   DROPPED, COUNTERS, "pdf", main="docs"))
+        res = read_warcs(p, cfg)
         res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
         return res.docs, res[DROPPED], res[COUNTERS]
 
@@ -105,7 +119,7 @@ class ReadStage:
 class PerDocumentStage:
     """A stage that is one DoFn over documents, configured by its own config section."""
 
-    schema = io.DOC_SCHEMA
+    schema, needs_input = io.DOC_SCHEMA, True
 
     def __init__(self, name: str, dofn, starts_group: bool):
         self.name, self.dofn, self.starts_group = name, dofn, starts_group
@@ -233,6 +247,7 @@ class ScoreSyntheticText(beam.DoFn):
 class ExactDedupStage:
     name, schema = "exact_dedup", io.DOC_SCHEMA
     starts_group = True
+    needs_input = True
 
     def build(self, p, cfg, inputs, root):
         from dedup.transforms import ExactDedup
@@ -250,6 +265,7 @@ class NearDedupStage:
 
     name, schema = "near_dedup", io.DOC_SCHEMA
     starts_group = False
+    needs_input = True
 
     def build(self, p, cfg, inputs, root):
         from dedup.near import NearDedup
@@ -267,6 +283,7 @@ class WriteStage:
 
     name, schema = "write", io.DOC_SCHEMA
     starts_group = False
+    needs_input = True
 
     def build(self, p, cfg, inputs, root):
         docs_dir = io.join(root, "docs", "text")
@@ -293,6 +310,7 @@ class PackStage:
 
     name, schema = "pack", None
     starts_group = True
+    needs_input = True
 
     def build(self, p, cfg, inputs, root):
         from packing.config import resolve
@@ -302,10 +320,38 @@ class PackStage:
         return None, p | "NoDrops" >> beam.Create([]), counters | "Identity" >> beam.FlatMap(_pack_identity)
 
 
+# ------------------------------------------------------------------------------------------- images
+def _image_drop(row_reason_detail):
+    row, reason, detail = row_reason_detail
+    scores = json.dumps({"page_url": row.get("page_url"), "position": row.get("position")}, sort_keys=True)
+    return {"id": row.get("id"), "url": row.get("img_url") or "", "warc_file": row.get("warc_file"),
+            "warc_offset": None, "warc_date": row.get("warc_date"), "stage": "image_pairs", "reason": reason,
+            "detail": detail or "", "scores": scores, "text": row.get("alt")}
+
+
+class ImagesStage:
+    """Image–alt-text pairs (SPEC §1.2): its own pass over the input WARCs, so the text branch never
+    carries raw HTML; image bytes come from the WARCs' image responses, else the safe fetcher.
+    Writes OUT/docs/pairs/ and the content-addressed OUT/images/; `in` counts <img> tags."""
+
+    name, schema = "image_pairs", None
+    starts_group, needs_input = True, False
+
+    def build(self, p, cfg, inputs, root):
+        from dedup.image import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
+
+        read = read_warcs(p, cfg, images=True)
+        res = (read.docs, read.image) | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
+        shards = cfg["write"]["shards"]
+        res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
+        res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images"), IMAGE_SCHEMA, shards)
+        return None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters
+
+
 STAGES = {s.name: s for s in (
     ReadStage(),
     PerDocumentStage("extract", ExtractText, starts_group=False),
     PerDocumentStage("language", IdentifyLanguage, starts_group=True),
     PerDocumentStage("quality", ApplyQualityRules, starts_group=False),
     PerDocumentStage("synthetic", ScoreSyntheticText, starts_group=False),
-    ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage())}
+    ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage(), ImagesStage())}

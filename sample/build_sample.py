@@ -2,7 +2,8 @@
 
 Keeps the warcinfo record and, for a chosen set of captures, their request/response/metadata gzip
 members byte for byte, in the original order: the first 450 captures plus every duplicate, revisit,
-non-HTML, HTTP-error, bad-charset and empty capture and the originals that duplicates point to.
+non-HTML, HTTP-error, bad-charset, empty and multimodal capture, every stored photo and its copies,
+and the originals that duplicates point to.
 """
 
 import json
@@ -14,7 +15,8 @@ from extract.warc import slice_captures  # noqa: E402
 
 SRC = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data/corpus/mixed-dev.warc.gz")
 DST = Path(__file__).parent / "mixed-dev-slice.warc.gz"
-EDGE = {"exact_dup", "near_dup", "revisit", "non_html", "http_error", "bad_charset", "empty"}
+EDGE = {"exact_dup", "near_dup", "revisit", "non_html", "http_error", "bad_charset", "empty", "multimodal",
+        "image", "image_near_dup", "image_exact_dup"}
 
 labels = [json.loads(line) for line in open(SRC.with_name("mixed-dev.labels.jsonl"))]
 by_url = {lab["url"]: lab for lab in labels}

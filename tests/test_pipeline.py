@@ -45,12 +45,13 @@ def test_identities_hold_for_every_stage(one_worker):
     records = sum(1 for path in INPUTS for _ in iter_records(open(path, "rb")))
     stages = {s["stage"]: s for s in summary["stages"]}
     assert list(stages) == ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup",
-                            "write", "pack"]
+                            "write", "pack", "image_pairs"]
     assert stages["read"]["in"] == records == 132
     for name, s in stages.items():
         if name != "write":
             assert s["in"] == s["out"] + sum(s["dropped"].values()), name
-    for a, b in zip(summary["stages"], summary["stages"][1:]):
+    text_branch = summary["stages"][:-1]  # image_pairs reads the WARCs itself; its `in` is <img> tags
+    for a, b in zip(text_branch, text_branch[1:]):
         assert b["in"] == a["out"]
     pack = stages["pack"]["extra"]
     assert pack["tokenize/docs"] == stages["write"]["out"]
@@ -63,7 +64,7 @@ def test_identities_hold_for_every_stage(one_worker):
 def test_documents_and_drops_are_written_with_reasons(one_worker):
     out, summary = one_worker
     docs = rows(out / "docs" / "text")
-    assert len(docs) == summary["stages"][-1]["out"] > 10
+    assert len(docs) == next(s for s in summary["stages"] if s["stage"] == "write")["out"] > 10
     assert all(d["text"] and d["lang"] and json.loads(d["scores"])["gopher_word_count"] > 0 for d in docs)
     wet = [d for d in rows(out / "extract") if d["warc_file"].endswith("whirlwind.warc.wet.gz")]
     assert len(wet) == 1 and "Escopete" in wet[0]["text"]  # WET conversion text flows through extract
@@ -113,7 +114,8 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
-                      "exact_dedup": False, "near_dedup": False, "write": False, "pack": False}
+                      "exact_dedup": False, "near_dedup": False, "write": False, "pack": False,
+                      "image_pairs": True}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
     capsys.readouterr()

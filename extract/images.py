@@ -1,0 +1,331 @@
+"""Image references and their alt text from HTML pages, with the cheap filters that run before any
+image byte is read (no Beam here; the Beam branch is dedup/image.py).
+
+Extraction: every `<img>` element in document order (its index is the `position`, the same count as
+`querySelectorAll("img")`), with `<picture>`/`srcset` and lazy-loading attributes as fallbacks for
+the URL, resolved against `<base href>` and the page URL and canonicalised (`canonical_url`, the join
+key with WARC captures), and the visible page text around it as context (OBELICS and mmc4 keep images
+in their text; LAION keeps only the alt). `src` comes first: it is the URL crawlers (Heritrix, Common
+Crawl) capture, so it is the one found in the same WARCs; a `data:` placeholder in `src` gives way to
+`data-src`-style attributes, then to the largest `srcset` candidate.
+
+Filters (`check_image_ref`), each with its reason, cheapest first:
+- URL: no usable URL (`no_src`, `data_uri`, `bad_scheme`, `bad_url`), tracking pixels and icons/sprites by name
+  (the patterns ad blockers and img2dataset users filter on), by `width`/`height` attributes:
+  `tracking_pixel` at <= 2 px, `declared_too_small` below the decoder's `min_side` (img2dataset's
+  min size, checked before fetching).
+- Alt text (LAION-5B and DataComp keep only images with an informative alt): `missing_alt`,
+  `empty_alt`, `filename_alt` (`IMG_4032.JPG`, `San agustin facade.jpg`: CMS and camera defaults),
+  `generic_alt` (a word naming the medium, not the content: "image", "photo", "Bild", "图片", ...),
+  `alt_too_short` (LAION-5B drops alt texts under 5 characters; CJK characters count double, as they
+  carry about a word each), `alt_too_long` (keyword stuffing, pasted article text), `alt_language`
+  (optional: fastText lid.176 on the alt, only when `alt_languages` is set).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+
+# Lazy-loading attributes, most specific first (lazysizes, WP Rocket, jQuery lazyload, a3 lazy load).
+LAZY_SRC_ATTRS = ("data-src", "data-lazy-src", "data-original", "data-lazy", "data-url")
+LAZY_SRCSET_ATTRS = ("data-srcset", "data-lazy-srcset")
+# Tracking beacons (EasyPrivacy-style): a host label naming analytics, a spacer/pixel file name, or
+# a beacon endpoint path.
+TRACKING_URL = re.compile(
+    r"^https?://(?:[^/]*\.)?(?:pixel|pixels|px|beacon|beacons|track|tracking|tracker|analytics|stats|"
+    r"metrics|collect|counter|telemetry|tags?)\d*\.[^/]*/"
+    r"|[/_-](?:pixel|beacon|tracking|tracker|spacer|1x1|clear|blank|transparent)(?:[._-][^/?]*)?\.(?:gif|png)(?:$|\?)"
+    r"|/(?:collect|g/collect|pixel|beacon|track|tr|b/ss|ping|imp|impression)/?(?:\?|$)", re.I)
+# Icons, sprites and UI chrome: a path segment or file-name token.
+ICON_URL = re.compile(
+    r"(?:^|[/._-])(?:favicon|apple-touch-icon|icons?|sprites?|emoji|emoticons?|smiley|smilies|spinner|"
+    r"ajax-loader|loader|placeholder|btn)(?:[/._-]|\d|$)", re.I)
+IMAGE_EXT = r"(?:jpe?g|jfif|png|gif|webp|bmp|tiff?|svg|avif|heic|ico)"
+FILENAME_ALT = re.compile(
+    rf"\.{IMAGE_EXT}$"                                                 # ends in an image extension
+    r"|^(?:img|dsc[nf]?|dcim|pxl|mvimg|imag|gopr|sam|wp|p)[\s_-]?\d{3,}[\w.-]*$"    # cameras: IMG_4032, P1010234
+    r"|^(?:screenshot|screen shot|whatsapp image|untitled|scan)[\s_-]*\d[\w\s.:,()-]*$"  # tool defaults
+    r"|^[a-z]+[_-]\d{4,}[\w-]*$"                                        # shutterstock_1234567
+    r"|^[0-9a-f]{12,}$|^[\d\W_]+$",                                     # hashes, bare numbers
+    re.I)
+GENERIC_ALT = {
+    # en
+    "image", "images", "img", "photo", "photos", "photograph", "picture", "pictures", "pic", "pics",
+    "thumbnail", "thumb", "icon", "logo", "banner", "placeholder", "spacer", "blank", "untitled", "graphic",
+    "graphics", "illustration", "figure", "avatar", "default", "null", "none", "undefined", "alt", "alt text",
+    "alttext", "no image", "no alt", "image description", "featured image", "header image", "hero image",
+    "click to enlarge", "click here", "loading", "advertisement", "ad", "ads", "gallery", "slide", "preview",
+    "attachment", "media", "file", "photo credit", "stock photo", "profile picture", "user avatar",
+    # de, fr, es, pt, it, nl, pl, sv, da, no, tr, cs
+    "bild", "bilder", "foto", "fotos", "grafik", "abbildung", "vorschaubild", "titelbild", "beitragsbild",
+    "photographie", "vignette", "imagen", "imagenes", "imágenes", "fotografía", "imagem",
+    "imagens", "immagine", "immagini", "afbeelding", "zdjęcie", "obraz", "obrázek", "bilde", "billede",
+    "resim", "görsel", "fotoğraf",
+    # ru, uk, el, ar, he, hi
+    "изображение", "картинка", "фото", "фотография", "зображення", "εικόνα", "φωτογραφία", "صورة", "תמונה",
+    "चित्र", "तस्वीर",
+    # zh, ja, ko
+    "图片", "图像", "照片", "圖片", "圖像", "相片", "画像", "写真", "イメージ", "サムネイル", "이미지", "사진", "그림",
+}
+GENERIC_STRIP = re.compile(r"[\W_]+", re.U)
+GENERIC_NUMBERED = re.compile(r"^(.*?)[\s#_-]*\d+$")
+NOAI = re.compile(r"\bno(?:image)?ai\b", re.I)
+META_ROBOTS = re.compile(r"""<meta\b[^>]*\bname\s*=\s*["']?robots\b[^>]*>""", re.I)
+META_CONTENT = re.compile(r"""\bcontent\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.I)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+URL_SAFE = "/%:@!$&'()*+,;=~-._"
+# Image placeholders in the extracted text (Unicode private-use characters).
+MARKER = re.compile("\ue000(\\d+)\ue001")
+DIMENSION = re.compile(r"^\s*(\d{1,6})(?:\.\d*)?\s*(?:px)?\s*$", re.I)
+SRCSET_DESCRIPTOR = re.compile(r"^(\d+(?:\.\d+)?)([wx])$", re.I)
+
+
+@dataclass
+class ImageRef:
+    """One <img> of a page. `url` is absolute (http/https), a `data:` URI (cut to 64 chars), another
+    scheme, or "" when the tag has no URL at all; `alt` is None when the attribute is missing."""
+
+    page_url: str
+    url: str
+    alt: str | None
+    width: int | None
+    height: int | None
+    position: int
+    context_before: str
+    context_after: str
+
+
+def _dimension(value: str | None) -> int | None:
+    """An integer pixel size from a width/height attribute; None for %, em, auto or garbage."""
+    m = DIMENSION.match(value or "")
+    return int(m.group(1)) if m else None
+
+
+def parse_srcset(value: str) -> list[tuple[str, str, float]]:
+    """(url, descriptor kind "w" or "x", value) per srcset candidate, by HTML's parsing rules: a URL is
+    a run of non-space characters and may contain commas; a trailing comma ends a candidate."""
+    out, pos, n = [], 0, len(value)
+    while pos < n:
+        while pos < n and (value[pos].isspace() or value[pos] == ","):
+            pos += 1
+        start = pos
+        while pos < n and not value[pos].isspace():
+            pos += 1
+        url, descriptor = value[start:pos], ""
+        if url.endswith(","):
+            url = url.rstrip(",")
+        else:
+            start = pos
+            while pos < n and value[pos] != ",":
+                pos += 1
+            descriptor = value[start:pos].strip()
+        m = SRCSET_DESCRIPTOR.match(descriptor.split()[0]) if descriptor else None
+        if url:
+            out.append((url, m.group(2).lower(), float(m.group(1))) if m else (url, "x", 1.0))
+    return out
+
+
+def _largest(srcset: str | None) -> str | None:
+    """The widest `w` candidate, else the densest `x` one."""
+    candidates = parse_srcset(srcset or "")
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (c[1] == "w", c[2]))[0]
+
+
+def _choose_src(img, picture_sources: list[str]) -> str:
+    """The URL an image tag points to: src, else a lazy-loading attribute, else the largest srcset
+    candidate (the img's own, then its <picture> sources'). A data: src is kept only as a last resort."""
+    src = (img.getattr("src") or "").strip()
+    if src and not src.lower().startswith("data:"):
+        return src
+    for attr in LAZY_SRC_ATTRS:
+        value = (img.getattr(attr) or "").strip()
+        if value and not value.lower().startswith("data:"):
+            return value
+    for srcset in [img.getattr("srcset"), *(img.getattr(a) for a in LAZY_SRCSET_ATTRS), *picture_sources]:
+        best = _largest(srcset)
+        if best and not best.lower().startswith("data:"):
+            return best
+    return src
+
+
+def canonical_url(url: str) -> str:
+    """The form image URLs are joined on (page references and WARC captures alike): fragment dropped,
+    scheme and host lower-cased, default port dropped, an empty path as "/", spaces and non-ASCII
+    characters percent-encoded as UTF-8 (what browsers send). Other schemes come back unchanged."""
+    try:
+        parts = urlsplit(url)
+        scheme, host, port = parts.scheme.lower(), parts.hostname or "", parts.port
+    except ValueError:  # e.g. an invalid IPv6 literal or port
+        return url[:200]
+    if scheme not in ("http", "https") or not host:
+        return url
+    netloc = f"[{host}]" if ":" in host else host
+    if port and port != DEFAULT_PORTS[scheme]:
+        netloc += f":{port}"
+    return urlunsplit((scheme, netloc, quote(parts.path or "/", safe=URL_SAFE),
+                       quote(parts.query, safe=URL_SAFE + "?"), ""))
+
+
+def _resolve(base: str, src: str) -> str:
+    if not src:
+        return ""
+    if src[:5].lower() == "data:":
+        return src[:64]
+    src = re.sub(r"[\t\n\r]", "", src)  # browsers drop these inside URLs
+    try:
+        return canonical_url(urljoin(base, src))
+    except ValueError:
+        return src[:200]
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _context(text: str, offset: int, chars: int) -> tuple[str, str]:
+    """About `chars` characters of page text on each side of `offset`, whitespace collapsed, cut at
+    word boundaries."""
+    before = _collapse(text[max(0, offset - 4 * chars):offset])
+    after = _collapse(text[offset:offset + 4 * chars])
+    if len(before) > chars:
+        cut = before[-chars:]
+        before = cut.split(" ", 1)[1] if " " in cut else cut
+    if len(after) > chars:
+        cut = after[:chars]
+        after = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return before, after
+
+
+def _picture_sources(img) -> list[str]:
+    """srcset values of the <source> siblings when the img sits in a <picture>."""
+    parent = img.parent
+    if parent is None or parent.tag != "picture":
+        return []
+    return [s.getattr("srcset") or s.getattr("data-srcset") or ""
+            for s in parent.query_selector_all("source") if s.parent == parent]
+
+
+def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[ImageRef]:
+    """Every <img> of `html` as an ImageRef, in document order. Context: each img is replaced by a
+    marker text node and the page goes through resiliparse's plain-text extractor (visible text,
+    block structure kept), so the text around the marker is what a reader sees around the image."""
+    if not re.search(r"<img\b", html, re.I):
+        return []
+    tree = HTMLTree.parse(html)
+    base = page_url
+    base_el = tree.document.query_selector("base[href]")
+    if base_el is not None:
+        base = _resolve(page_url, (base_el.getattr("href") or "").strip()) or page_url
+    imgs = list(tree.document.query_selector_all("img"))
+    refs = []
+    for position, img in enumerate(imgs):
+        alt = img.getattr("alt")
+        refs.append(ImageRef(
+            page_url=page_url, url=_resolve(base, _choose_src(img, _picture_sources(img))),
+            alt=_collapse(alt) if alt is not None else None,
+            width=_dimension(img.getattr("width")), height=_dimension(img.getattr("height")),
+            position=position, context_before="", context_after=""))
+        img.parent.insert_before(tree.create_text_node(f" \ue000{position}\ue001 "), img)
+    text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
+                              alt_texts=False, links=False, form_fields=False, noscript=True, comments=False)
+    pieces = MARKER.split(text)  # text, position, text, position, ..., text
+    parts, offsets, length = [], {}, 0
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            offsets.setdefault(int(piece), length)
+        else:
+            parts.append(piece)
+            length += len(piece)
+    text = "".join(parts)
+    for position, offset in offsets.items():
+        if position < len(refs):  # a marker look-alike in the page itself is ignored
+            refs[position].context_before, refs[position].context_after = _context(text, offset, context_chars)
+    return refs
+
+
+def page_disallows_ai(html: str) -> bool:
+    """`<meta name="robots" content="noai, noimageai">` (the DeviantArt / Spawning opt-out): the page's
+    images are not to be used for AI training."""
+    for tag in META_ROBOTS.finditer(html[:200_000]):
+        m = META_CONTENT.search(tag.group(0))
+        if m and NOAI.search(next(g for g in m.groups() if g is not None)):
+            return True
+    return False
+
+
+def _alt_length(alt: str) -> int:
+    """Characters, with East Asian wide characters (Han, kana, Hangul) counted twice."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in alt)
+
+
+def is_generic_alt(alt: str) -> bool:
+    words = GENERIC_STRIP.sub(" ", alt.casefold()).strip()
+    if words in GENERIC_ALT:
+        return True
+    m = GENERIC_NUMBERED.match(words)  # "image 3", "photo #2"
+    return bool(m and m.group(1).strip() in GENERIC_ALT)
+
+
+def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
+    """The first failed rule's reason, or None. `cfg` holds min_side, min_alt_chars, max_alt_chars,
+    alt_languages (None = any) and alt_lang_min_score; `lid(text) -> (lang, prob)` is needed only
+    when alt_languages is set."""
+    url = ref.url
+    if not url:
+        return "no_src"
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "data":
+        return "data_uri"
+    if scheme not in ("http", "https"):
+        return "bad_scheme"
+    try:
+        parts = urlsplit(url)
+        if not parts.hostname:
+            return "bad_url"
+    except ValueError:
+        return "bad_url"
+    w, h = ref.width, ref.height
+    if TRACKING_URL.search(url) or (w is not None and h is not None and w <= 2 and h <= 2):
+        return "tracking_pixel"
+    if ICON_URL.search(parts.path):
+        return "icon_or_sprite"
+    if (w is not None and w < cfg["min_side"]) or (h is not None and h < cfg["min_side"]):
+        return "declared_too_small"
+    alt = ref.alt
+    if alt is None:
+        return "missing_alt"
+    if not alt.strip():
+        return "empty_alt"
+    if FILENAME_ALT.search(alt.strip()):
+        return "filename_alt"
+    if is_generic_alt(alt):
+        return "generic_alt"
+    length = _alt_length(alt)
+    if length < cfg["min_alt_chars"]:
+        return "alt_too_short"
+    if length > cfg["max_alt_chars"]:
+        return "alt_too_long"
+    if cfg["alt_languages"]:
+        lang, prob = lid(alt)
+        if lang not in cfg["alt_languages"] or prob < cfg["alt_lang_min_score"]:
+            return "alt_language"
+    return None
+
+
+def image_record(url: str, http_status: int | None, content_type: str, payload: bytes,
+                 x_robots_tag: str = "") -> dict | None:
+    """The image branch's view of a WARC record (what the read stage hands over): a dict for a 200
+    response with an image/* content type, None otherwise. `x_robots_tag` is the capture's HTTP
+    X-Robots-Tag header, if the reader kept it (noai / noimageai captures are refused)."""
+    if http_status != 200 or not content_type.startswith("image/") or not payload:
+        return None
+    return {"url": canonical_url(url), "payload": payload, "content_type": content_type,
+            "x_robots_tag": x_robots_tag}
