@@ -28,7 +28,7 @@ DEFAULTS: dict = {
     "beam_args": [],
     "write_dropped": True,
     "stages": list(STAGE_ORDER),
-    "read": {"max_record_bytes": 64 << 20, "shards": 8},
+    "read": {"max_record_bytes": 64 << 20},
     "extract": {"engine": "resiliparse", "timeout_ms": 5000, "max_html_bytes": 10 << 20, "min_chars": 1,
                 "c4_line_filter": True},
     "language": {"model": None, "languages": None, "min_score": 0.5, "max_chars": 2000},

@@ -83,8 +83,7 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
              | f"{name}/Collect" >> beam.combiners.ToList()
              | f"{name}/WriteStats" >> beam.Map(_stats_to_json(io.join(root, name))))
         if docs is not None:
-            shards = cfg[names[-1]].get("shards", 0) if isinstance(cfg.get(names[-1]), dict) else 0
-            io.write_parquet(docs, io.join(root, names[-1]), STAGES[names[-1]].schema, "WriteDocs", shards)
+            io.write_parquet(docs, io.join(root, names[-1]), STAGES[names[-1]].schema, "WriteDocs")
     return {name: io.read_json(io.join(root, name, "stats.json")) for name in names}
 
 
