@@ -13,7 +13,7 @@ from extract.warc import RawRecord
 
 HTML_TYPES = {"text/html", "application/xhtml+xml", "application/xml+xhtml"}
 GENERIC_TYPES = {"", "application/octet-stream", "unk", "application/unknown", "text/plain"}
-DOCUMENT_TYPES = {"response", "resource", "conversion"}
+DOCUMENT_TYPES = {"response", "resource", "conversion", "revisit"}  # records that stand for a page
 
 
 def doc_id(raw: RawRecord, warc_file: str) -> str:

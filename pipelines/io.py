@@ -37,10 +37,6 @@ def join(*parts: str) -> str:
     return FileSystems.join(*parts)
 
 
-def exists(path: str) -> bool:
-    return FileSystems.exists(path)
-
-
 def delete_tree(path: str) -> None:
     if FileSystems.exists(path):
         FileSystems.delete([path])

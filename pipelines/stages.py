@@ -1,7 +1,8 @@
-"""The text branch as Beam stages (SPEC §1.1). Each stage writes its own folder (stats, completion
-marker, dropped documents). Per-document stages fuse into the preceding stage's Beam pipeline
-(`starts_group = False`), so documents are materialized only between groups: read+extract,
-language+quality, exact_dedup+write. A rerun resumes after the last finished group.
+"""The pipeline's Beam stages (SPEC §1): the text branch, packing and image-text pairs. Each stage
+writes its own folder (stats, completion marker, dropped documents). Stages with
+`starts_group = False` fuse into the preceding stage's Beam pipeline, so documents are materialized
+only between groups (read+extract, language+quality+synthetic, exact_dedup+near_dedup+write, pack,
+image_pairs). A rerun resumes after the last finished group.
 
 A stage's `build` returns three PCollections: documents out, dropped documents, and counters
 (key, n). Counters carry `in`, `out` and `dropped/<reason>`; the runner checks in = out + Σ dropped.
@@ -54,10 +55,8 @@ class ReadWarcFile(beam.DoFn):
         self.images = images
 
     def process(self, readable_file):
-        from extract.records import doc_id, route
+        from extract.records import DOCUMENT_TYPES, doc_id, route
         from extract.warc import ReadError, iter_records
-
-        DOCUMENT_TYPES = ("response", "resource", "conversion", "revisit")
 
         path = readable_file.metadata.path
         counts = Counter()  # per-file tallies, emitted once: a counter element per record costs too much
