@@ -1,7 +1,8 @@
 """Step time of the tiered optimizer (trainer.optim.build_optimizer) vs torch.optim.AdamW.
 
-Parameters are shaped like a small transformer (default: 4 layers, d_model 256, 4 heads, SwiGLU
-hidden 1024, vocab 8192, untied embedding and head, ~8.4M parameters) with fixed random gradients.
+Parameters are those of the trainer's model, trainer.model.Transformer (default: 4 layers, d_model 256,
+4 heads, SwiGLU hidden 1024, vocab 8192, untied embedding and head, ~8.4M parameters) with fixed
+random gradients.
 Prints one JSON object: per device the median step time over --steps steps after --warmup,
 ratio = tiered / adamw, the tiered step split by tier, and the Newton–Schulz work of the Muon tier.
 
@@ -16,29 +17,15 @@ import time
 import torch
 from torch import nn
 
+from trainer.model import ModelConfig, Transformer
 from trainer.optim import Muon, build_optimizer
 
 
 def transformer_shaped(vocab: int, d_model: int, n_layers: int, n_heads: int, d_hidden: int) -> nn.Module:
-    def linears(shapes: dict[str, tuple[int, int]]) -> nn.ModuleDict:
-        return nn.ModuleDict({name: nn.Linear(d_in, d_out, bias=False) for name, (d_in, d_out) in shapes.items()})
-
-    def layer() -> nn.Module:
-        attn = linears({name: (d_model, d_model) for name in ("q_proj", "k_proj", "v_proj", "o_proj")})
-        attn.n_heads = n_heads
-        mlp = linears({"gate_proj": (d_model, d_hidden), "up_proj": (d_model, d_hidden)})
-        mlp["down_proj"] = nn.Linear(d_hidden, d_model, bias=False)
-        norms = {"attn_norm": nn.RMSNorm(d_model), "mlp_norm": nn.RMSNorm(d_model)}
-        return nn.ModuleDict({**norms, "attn": attn, "mlp": mlp})
-
-    return nn.ModuleDict(
-        {
-            "embed_tokens": nn.Embedding(vocab, d_model),
-            "layers": nn.ModuleList([layer() for _ in range(n_layers)]),
-            "norm": nn.RMSNorm(d_model),
-            "lm_head": nn.Linear(d_model, vocab, bias=False),
-        }
-    )
+    """The trainer's model (trainer.model.Transformer): untied embedding and head, per layer separate
+    q/k/v/o projections (n_heads on the attention module), SwiGLU gate/up/down, RMSNorms."""
+    return Transformer(ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                                   d_ff=d_hidden))
 
 
 def newton_schulz_gflop(muon: Muon) -> float:

@@ -1,0 +1,295 @@
+"""Data side of the trainer: shard phases, held-out documents, batches, vocabulary map, bytes per token.
+
+* Phases: `find_phases(DIR)` accepts a phase folder (holding manifest.json), a shards folder
+  (holding pretrain/ and long/) or a run's output folder (holding shards/).
+* Held-out documents: document d is held out when int(sha1(doc_id)[:8], 16) % holdout_every == 0
+  (default 1 in 20, ≈5%): deterministic, independent of order, rank and epoch, and every chunk of a
+  document goes the same way. Held-out segments are cut out of the training sequences before the
+  model sees them (with within-document attention and per-segment positions, that is exactly the
+  same as training on the rest of the sequence), and repacked as the evaluation set.
+* Batches: a step reads `n` packed sequences of the current phase (sequence order as in the shards,
+  epoch after epoch), removes held-out segments, and pads the rows to the longest one; padding has
+  segment id −1 and no loss.
+* Labels (loss masking): position i of a row has target input_ids[i+1] when i+1 is in the same
+  segment, else none (−100). So every document predicts its own next tokens up to and including
+  its EOS; the last token of a segment predicts nothing (the next token is another document's, so
+  a document's first token — BOS — is never predicted from the previous document); a chunk that
+  continues a document in another sequence has its first token unpredicted; padding predicts
+  nothing and is never a target.
+* `VocabMap`: "full" uses the tokenizer's ids as they are. "compact" (the CPU default) keeps the
+  token ids occurring ≥ min_count times in the training documents (plus BOS and EOS) and maps all
+  others to one UNK class whose probability is spread uniformly over the V − K ids it stands for;
+  the model is then still a distribution over the whole vocabulary: log p(t) = log p_model(UNK) −
+  ln(V − K) for an unkept t, and every loss and BPB figure is in those full-vocabulary nats. With
+  the DeepSeek-V3 vocabulary (129,280 ids) an untied 129K-row head costs ≈7 s per 2,048-token
+  sequence on a 2-core CPU; the sample's training documents use ≈11K ids ≥ 2 times.
+* `token_byte_lengths`: UTF-8 bytes each token id stands for, for bits-per-byte. Byte-level BPE
+  (tokenizer.json with a ByteLevel decoder, as DeepSeek-V3): each vocabulary entry maps character
+  by character back through the GPT-2 byte alphabet, so the count is exact and Σ bytes over a
+  document's tokens = len(text.encode("utf-8")). BOS, EOS and pad count 0 bytes; other added
+  tokens count the UTF-8 bytes of their content (they can only come from literal text). Other
+  tokenizer types: "▁" counts as one byte (space), "<0xNN>" byte-fallback tokens one byte, other
+  entries their UTF-8 length (approximate: decoders may strip a leading space).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from packing.shards import open_shards, read_manifest
+
+__all__ = ["Phase", "find_phases", "is_held_out", "PhaseStream", "make_batch", "eval_rows", "VocabMap",
+           "token_byte_lengths", "resolve_tokenizer"]
+
+IGNORE = -100
+
+
+@dataclass
+class Phase:
+    name: str
+    directory: str
+    seq_len: int
+    sequences: int
+    tokens: int
+    tokenizer: dict
+
+    @property
+    def tokens_per_sequence(self) -> float:
+        return self.tokens / self.sequences if self.sequences else 0.0
+
+
+def find_phases(directory: str) -> dict[str, Phase]:
+    """Phases under `directory` with at least one sequence, by name (pretrain first)."""
+    directory = os.path.abspath(directory)
+    if os.path.isfile(os.path.join(directory, "manifest.json")):
+        folders = [directory]
+    else:
+        base = os.path.join(directory, "shards") if os.path.isdir(os.path.join(directory, "shards")) else directory
+        folders = [os.path.join(base, n) for n in sorted(os.listdir(base)) if os.path.isdir(os.path.join(base, n))]
+    phases = {}
+    for folder in folders:
+        meta = read_manifest(folder)
+        if meta is None or not meta.get("sequences"):
+            continue
+        phases[meta["phase"]] = Phase(meta["phase"], folder, int(meta["seq_len"]), int(meta["sequences"]),
+                                      int(meta["tokens"]), meta["tokenizer"])
+    if not phases:
+        raise FileNotFoundError(f"no shard phase with sequences under {directory}")
+    return dict(sorted(phases.items(), key=lambda kv: (kv[0] != "pretrain", kv[0])))
+
+
+def is_held_out(doc_id: str, holdout_every: int) -> bool:
+    if holdout_every <= 0:
+        return False
+    return int(hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:8], 16) % holdout_every == 0
+
+
+def split_segments(item: dict, holdout_every: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(training segments, held-out segments) of one packed sequence, as token-id arrays."""
+    ids, cu = item["input_ids"], item["cu_seqlens"]
+    train, held = [], []
+    for i, doc in enumerate(item["doc_ids"]):
+        seg = np.asarray(ids[cu[i]:cu[i + 1]], dtype=np.int64)
+        (held if is_held_out(doc, holdout_every) else train).append(seg)
+    return train, held
+
+
+class PhaseStream:
+    """A phase's sequences in shard order, epoch after epoch; `consumed` is the resume cursor."""
+
+    def __init__(self, phase: Phase, consumed: int = 0) -> None:
+        self.phase = phase
+        self.consumed = consumed
+        self._it: Iterator[dict] | None = None
+
+    def _iterate(self, skip: int) -> Iterator[dict]:
+        while True:
+            for k, item in enumerate(open_shards(self.phase.directory)):
+                if k >= skip:
+                    yield item
+            skip = 0
+
+    def next(self) -> dict:
+        """The sequence at position `consumed` (modulo the phase's sequences); advances the cursor."""
+        if self._it is None:
+            self._it = self._iterate(self.consumed % self.phase.sequences)
+        item = next(self._it)
+        self.consumed += 1
+        return item
+
+
+def rows_to_batch(rows: list[list[np.ndarray]]) -> dict[str, torch.Tensor]:
+    """Pad rows (each a list of segments) into input_ids, segment_ids, position_ids, labels (B, T)."""
+    T = max(sum(len(s) for s in row) for row in rows)
+    B = len(rows)
+    input_ids = np.zeros((B, T), dtype=np.int64)
+    segment_ids = np.full((B, T), -1, dtype=np.int64)
+    position_ids = np.zeros((B, T), dtype=np.int64)
+    labels = np.full((B, T), IGNORE, dtype=np.int64)
+    for b, row in enumerate(rows):
+        start = 0
+        for s, seg in enumerate(row):
+            n = len(seg)
+            input_ids[b, start:start + n] = seg
+            segment_ids[b, start:start + n] = s
+            position_ids[b, start:start + n] = np.arange(n)
+            labels[b, start:start + n - 1] = seg[1:]
+            start += n
+    return {"input_ids": torch.from_numpy(input_ids), "segment_ids": torch.from_numpy(segment_ids),
+            "position_ids": torch.from_numpy(position_ids), "labels": torch.from_numpy(labels)}
+
+
+def make_batch(stream: PhaseStream, n_sequences: int, holdout_every: int) -> tuple[dict, int]:
+    """The next training batch from `stream` and the real tokens of the sequences it consumed.
+
+    Reads n_sequences sequences (more if all of their segments were held out)."""
+    rows, consumed_tokens, skipped = [], 0, 0
+    while len(rows) < n_sequences:
+        item = stream.next()
+        consumed_tokens += int(item["num_tokens"])
+        train, _ = split_segments(item, holdout_every)
+        if train:
+            rows.append(train)
+        else:
+            skipped += 1
+            if skipped > stream.phase.sequences:
+                raise ValueError(f"phase {stream.phase.name}: every document is held out")
+    return rows_to_batch(rows), consumed_tokens
+
+
+def eval_rows(phases: list[Phase], holdout_every: int, max_tokens: int) -> dict[str, list[list[np.ndarray]]]:
+    """By phase, the held-out segments of `phases` (phases in order, shard order within, whole segments,
+    until max_tokens in all), repacked greedily into rows of at most the phase's seq_len tokens."""
+    out, total = {}, 0
+    for phase in phases:
+        rows = out.setdefault(phase.name, [])
+        row, row_len = [], 0
+        for item in open_shards(phase.directory):
+            if total >= max_tokens:
+                break
+            _, held = split_segments(item, holdout_every)
+            for seg in held:
+                if total >= max_tokens:
+                    break
+                if row and row_len + len(seg) > phase.seq_len:
+                    rows.append(row)
+                    row, row_len = [], 0
+                row.append(seg)
+                row_len += len(seg)
+                total += len(seg)
+        if row:
+            rows.append(row)
+    return out
+
+
+class VocabMap:
+    """Maps tokenizer ids to model classes: identity ("full"), or the kept ids + one UNK ("compact")."""
+
+    def __init__(self, vocab_size: int, keep: list[int] | None = None) -> None:
+        self.vocab_size = vocab_size
+        self.keep = None if keep is None else sorted(int(k) for k in keep)
+        if self.keep is None:
+            self.size, self.unk, self.unk_log_count = vocab_size, -1, 0.0
+            self.table = None
+        else:
+            K = len(self.keep)
+            self.size, self.unk = K + 1, K
+            self.unk_log_count = math.log(vocab_size - K) if vocab_size > K else 0.0
+            table = np.full(vocab_size, K, dtype=np.int64)
+            table[self.keep] = np.arange(K)
+            self.table = torch.from_numpy(table)
+
+    @property
+    def mode(self) -> str:
+        return "full" if self.keep is None else "compact"
+
+    @classmethod
+    def compact(cls, phases: list[Phase], holdout_every: int, vocab_size: int, min_count: int = 2,
+                always: tuple[int | None, ...] = ()) -> "VocabMap":
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        for phase in phases:
+            for item in open_shards(phase.directory):
+                for seg in split_segments(item, holdout_every)[0]:
+                    counts += np.bincount(seg, minlength=vocab_size)[:vocab_size]
+        keep = set(np.nonzero(counts >= min_count)[0].tolist())
+        keep.update(a for a in always if a is not None)
+        return cls(vocab_size, sorted(keep))
+
+    def encode(self, ids: torch.Tensor) -> torch.Tensor:
+        """Model classes of tokenizer ids (ignore labels −100 stay −100)."""
+        if self.table is None:
+            return ids
+        table = self.table.to(ids.device)
+        return torch.where(ids >= 0, table[ids.clamp_min(0)], ids)
+
+
+def resolve_tokenizer(tokenizer: dict, override: str | None = None) -> tuple[str | None, str]:
+    """(tokenizer.json path or None, note): the override, else the manifest's tokenizer name."""
+    from packing.tokenizer import resolve_tokenizer_file
+
+    spec = override or tokenizer.get("name")
+    try:
+        path = resolve_tokenizer_file(spec)
+    except Exception as exc:  # noqa: BLE001 - any failure means "no bytes table", reported
+        return None, f"tokenizer {spec!r} not found ({exc.__class__.__name__}: {exc})"
+    with open(path, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    if tokenizer.get("sha256") and digest != tokenizer["sha256"]:
+        return path, f"warning: {path} has sha256 {digest[:12]}…, the manifest {tokenizer['sha256'][:12]}…"
+    return path, "ok"
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, reversed: printable stand-in character → byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def _is_byte_level(part: dict | None) -> bool:
+    if not part:
+        return False
+    if part.get("type") == "ByteLevel":
+        return True
+    return any(_is_byte_level(p) for p in part.get("decoders", []) or part.get("pretokenizers", []))
+
+
+def token_byte_lengths(tokenizer_path: str, vocab_size: int,
+                       zero_ids: tuple[int | None, ...]) -> tuple[np.ndarray, str]:
+    """(bytes of each token id as int64 array of vocab_size, method) — see the module docstring."""
+    with open(tokenizer_path, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    vocab = spec["model"].get("vocab", {})
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+    size = max([vocab_size, *(i + 1 for i in vocab.values()), *(t["id"] + 1 for t in spec.get("added_tokens", []))])
+    lengths = np.zeros(size, dtype=np.int64)
+    byte_level = _is_byte_level(spec.get("decoder")) or _is_byte_level(spec.get("pre_tokenizer"))
+    decoder = _byte_decoder()
+    for token, i in vocab.items():
+        if byte_level and all(c in decoder for c in token):
+            lengths[i] = len(token)  # one stand-in character per byte
+        elif len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            lengths[i] = 1
+        else:
+            lengths[i] = len(token.replace("▁", " ").encode("utf-8"))
+    for added in spec.get("added_tokens", []):
+        lengths[added["id"]] = len(added["content"].encode("utf-8"))
+    for i in zero_ids:
+        if i is not None:
+            lengths[i] = 0
+    return lengths, "byte-level BPE table (exact)" if byte_level else "vocabulary table (approximate)"

@@ -1,0 +1,398 @@
+"""The pretraining loop: packed shards → small transformer → tiered optimizer, with BPB on held-out docs.
+
+    summary = train("OUT/shards", steps=200, device="cpu", config={"optimizer": "tiered"})
+
+One step: read `batch` packed sequences of the current phase (`long_phase`: "pretrain" until 34/45
+of the token budget, then "long" when that phase has sequences), cut out held-out documents, set
+the lr of every tier from the TokenSchedule (warmup by step, marks by tokens consumed before the
+step), forward, mean next-token cross entropy over the batch's targets (trainer/data.py: within
+documents only, EOS included, nothing across a boundary), backward, step. No gradient clipping.
+On CUDA the forward runs under bf16 autocast (parameters, optimizer state and the loss in float32);
+on CPU everything is float32.
+
+Token budget: config total_tokens, else `plan_tokens(steps, ...)` from the manifests' mean real
+tokens per sequence — the budget the run's steps consume. In the long phase a step reads
+max(1, round(batch · seq_len_pretrain / seq_len_long)) sequences, so tokens per step stay the same
+when the long sequences fit the batch, and a step takes one whole long sequence when they don't.
+
+Held-out BPB = Σ cross entropy (nats) over the targets of the held-out segments
+               / (ln 2 · Σ UTF-8 bytes of those target tokens)
+with the losses in full-vocabulary nats (see VocabMap) and bytes from `token_byte_lengths`: BOS,
+EOS and pad count 0 bytes, but predicting EOS stays in the loss (it is part of modelling the text's
+end). A document's first token (BOS) is never a target, so its bytes (0) and loss do not enter.
+
+Checkpoints (`checkpoint_dir`): step-XXXXXXXX.pt every `checkpoint_every` steps and at the end,
+the last `keep_checkpoints` kept; each holds model, optimizer tiers, the data cursor of every
+phase, step, tokens, history and the run config. `resume` (True: the newest checkpoint in
+checkpoint_dir; or a file) continues from it with identical subsequent losses; the model,
+optimizer, data and schedule settings come from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, make_batch,
+                          resolve_tokenizer, rows_to_batch, token_byte_lengths)
+from trainer.model import ModelConfig, Transformer
+from trainer.optim import AdamWTier, TieredOptimizer, build_optimizer
+from trainer.schedule import TokenSchedule, plan_tokens
+
+__all__ = ["TrainConfig", "train", "batch_losses", "evaluate", "build_model_optimizer"]
+
+CHECKPOINT_FORMAT = "curate-trainer/1"
+# On resume these come from the command, everything else from the checkpoint's config.
+RUNTIME_KEYS = {"log_every", "eval_every", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
+                "eval_tokens", "resume", "tokenizer", "attention", "threads"}
+
+
+@dataclass
+class TrainConfig:
+    optimizer: str = "tiered"  # "tiered" (trainer.optim.build_optimizer) or "adamw" (AdamWTier on all)
+    lr: float = 2.6e-4  # peak lr of every tier (SPEC §2)
+    batch: int = 1  # packed sequences of the pretrain phase per step
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: int | None = None  # None: 8/3·d_model rounded up to a multiple of 64
+    seed: int = 0
+    vocab: str = "auto"  # "full" | "compact" | "auto" (compact on CPU, full on CUDA)
+    vocab_min_count: int = 2  # compact: keep ids seen this often in the training documents
+    attention: str = "auto"  # "auto" | "dense" | "segments" (trainer.model)
+    holdout_every: int = 20  # hold out 1 document in N (by a hash of its id); 0: none
+    eval_tokens: int = 65536  # at most this many held-out tokens in the evaluation set
+    log_every: int = 10
+    eval_every: int = 100  # 0: only at the end
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100  # 0: only at the end (when checkpoint_dir is set)
+    keep_checkpoints: int = 2
+    resume: bool | str = False  # True: newest checkpoint in checkpoint_dir; or a checkpoint file
+    long_phase: str = "auto"  # "auto": switch to the long phase at 34/45 of the tokens if present; "off"
+    total_tokens: float | None = None  # None: plan_tokens(steps, ...)
+    warmup_steps: int = 2000  # scaled: min(this, max(1, ceil(1% of steps)))
+    tokenizer: str | None = None  # tokenizer.json for the bytes table; None: the manifest's
+    threads: int | None = None  # torch CPU threads; None: torch's default
+
+    @classmethod
+    def from_any(cls, config: "TrainConfig | dict | None") -> "TrainConfig":
+        if isinstance(config, TrainConfig):
+            return config
+        config = dict(config or {})
+        unknown = config.keys() - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown train config keys: {sorted(unknown)}")
+        return cls(**config)
+
+
+def build_model_optimizer(model_config: ModelConfig, optimizer: str, lr: float,
+                          device: torch.device) -> tuple[Transformer, TieredOptimizer]:
+    """The model (initialised from torch's current RNG) and its optimizer: the three tiers, or
+    AdamWTier (β = (0.9, 0.95), ε = 1e-20, λ = 0.1) on every parameter as one "adamw" tier."""
+    model = Transformer(model_config).to(device)
+    if optimizer == "tiered":
+        opt = build_optimizer(model, {"lr": lr})
+    elif optimizer == "adamw":
+        opt = TieredOptimizer({"adamw": AdamWTier(model.parameters(), lr=lr)},
+                              {name: "adamw" for name, _ in model.named_parameters()})
+    else:
+        raise ValueError(f"optimizer must be tiered or adamw, got {optimizer!r}")
+    return model, opt
+
+
+def batch_losses(model: Transformer, batch: dict, vocab: VocabMap, device: torch.device,
+                 attention: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-target cross entropy in full-vocabulary nats, target tokenizer ids), over the batch's
+    labelled positions in row-major order."""
+    input_ids = vocab.encode(batch["input_ids"]).to(device)
+    segment_ids = batch["segment_ids"].to(device)
+    position_ids = batch["position_ids"].to(device)
+    labels = batch["labels"].to(device)
+    valid = labels != IGNORE
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        hidden = model.hidden(input_ids, segment_ids, position_ids, attention)
+        logits = model.lm_head(hidden[valid])
+    targets = labels[valid]
+    classes = vocab.encode(targets)
+    ce = F.cross_entropy(logits.float(), classes, reduction="none")
+    if vocab.unk >= 0:  # UNK's mass is spread over the ids it stands for
+        ce = ce + (classes == vocab.unk).float() * vocab.unk_log_count
+    return ce, targets
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, rows: list, vocab: VocabMap, byte_lengths: torch.Tensor | None,
+             device: torch.device, attention: str = "auto", rows_per_batch: int = 1) -> dict:
+    """Held-out loss (nats per target token) and bits per byte over `rows` (lists of segments)."""
+    was_training = model.training
+    model.eval()
+    nats, targets_n, n_bytes, unk = 0.0, 0, 0, 0
+    for i in range(0, len(rows), rows_per_batch):
+        ce, targets = batch_losses(model, rows_to_batch(rows[i:i + rows_per_batch]), vocab, device, attention)
+        nats += float(ce.double().sum())
+        targets_n += targets.numel()
+        unk += int((vocab.encode(targets) == vocab.unk).sum()) if vocab.unk >= 0 else 0
+        if byte_lengths is not None:
+            n_bytes += int(byte_lengths.to(targets.device)[targets].sum())
+    model.train(was_training)
+    result = {"loss": nats / targets_n if targets_n else None, "nats": nats, "targets": targets_n,
+              "tokens": sum(len(s) for row in rows for s in row), "segments": sum(len(row) for row in rows),
+              "bytes": n_bytes if byte_lengths is not None else None,
+              "unk_targets": unk}  # targets outside a compact vocabulary (scored through UNK)
+    result["bpb"] = nats / (math.log(2) * n_bytes) if byte_lengths is not None and n_bytes else None
+    return result
+
+
+def combine_evals(parts: dict[str, dict]) -> dict:
+    """The evaluation of the union of the parts' rows (sums of nats, targets, tokens, bytes), plus
+    each part under "by_phase"."""
+    keys = ("nats", "targets", "tokens", "segments", "unk_targets")
+    total = {k: sum(p[k] for p in parts.values()) for k in keys}
+    has_bytes = all(p["bytes"] is not None for p in parts.values())
+    total["bytes"] = sum(p["bytes"] for p in parts.values()) if has_bytes else None
+    total["loss"] = total["nats"] / total["targets"] if total["targets"] else None
+    total["bpb"] = total["nats"] / (math.log(2) * total["bytes"]) if has_bytes and total["bytes"] else None
+    total["by_phase"] = parts
+    return total
+
+
+def _checkpoint_files(directory: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(directory, "step-*.pt")),
+                  key=lambda p: int(re.search(r"step-(\d+)\.pt$", p).group(1)))
+
+
+def _resolve_resume(resume: bool | str, checkpoint_dir: str | None) -> str:
+    if isinstance(resume, str) and os.path.isfile(resume):
+        return resume
+    directory = resume if isinstance(resume, str) else checkpoint_dir
+    if not directory:
+        raise ValueError("resume needs checkpoint_dir or a checkpoint path")
+    files = _checkpoint_files(directory)
+    if not files:
+        raise FileNotFoundError(f"no step-*.pt checkpoint in {directory}")
+    return files[-1]
+
+
+def _tier_lrs(opt: TieredOptimizer) -> dict[str, float]:
+    return {tier: o.param_groups[0]["lr"] * o.param_groups[0].get("lr_mult", 1.0)
+            for tier, o in opt.optimizers.items()}
+
+
+def _routing_counts(opt: TieredOptimizer, model: Transformer) -> dict[str, dict]:
+    params = dict(model.named_parameters())
+    out: dict[str, dict] = {}
+    for name, route in opt.routing.items():
+        entry = out.setdefault(route, {"tensors": 0, "params": 0})
+        entry["tensors"] += 1
+        entry["params"] += params[name].numel()
+    return out
+
+
+def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig | dict | None = None,
+          log: Callable[[str], None] | None = print) -> dict:
+    """Train for `steps` steps on the shards under `shards_dir`; return the summary and history.
+
+    Returned keys: steps, tokens (consumed, held-out segments included), trained_tokens (model input),
+    tokens_per_s, train_seconds, initial_loss, final_loss (mean over the last log_every steps),
+    losses (every step's mean training loss), heldout (final evaluation: loss, bpb, tokens, bytes,
+    ...), evals, history (logged steps), schedule, model, vocab, optimizer, routing, device,
+    phase_switch_step, checkpoint (last saved path) and config.
+    """
+    cfg = TrainConfig.from_any(config)
+    say = log or (lambda _: None)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda, but torch sees no CUDA device")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+    checkpoint = None
+    if cfg.resume:
+        path = _resolve_resume(cfg.resume, cfg.checkpoint_dir)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        if checkpoint.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint")
+        saved = TrainConfig.from_any(checkpoint["config"])
+        cfg = TrainConfig(**{f.name: getattr(cfg if f.name in RUNTIME_KEYS else saved, f.name)
+                             for f in fields(TrainConfig)})
+        say(f"resuming from {path} at step {checkpoint['state']['step']}")
+
+    phases = find_phases(shards_dir)
+    pretrain = phases.get("pretrain") or next(iter(phases.values()))
+    long = phases.get("long") if cfg.long_phase == "auto" and pretrain.name != "long" else None
+    if cfg.long_phase not in ("auto", "off"):
+        raise ValueError(f"long_phase must be auto or off, got {cfg.long_phase!r}")
+    used = [pretrain] + ([long] if long else [])
+    tok_info = pretrain.tokenizer
+    full_vocab = int(tok_info["vocab_size"])
+
+    # ---- vocabulary and bytes table
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    if checkpoint is not None:
+        vocab = VocabMap(checkpoint["vocab_size"], checkpoint["vocab_keep"])
+    else:
+        mode = cfg.vocab if cfg.vocab != "auto" else ("compact" if dev.type == "cpu" else "full")
+        if mode == "compact":
+            vocab = VocabMap.compact(used, cfg.holdout_every, full_vocab, cfg.vocab_min_count,
+                                     always=(tok_info.get("bos_id"), tok_info.get("eos_id")))
+        elif mode == "full":
+            vocab = VocabMap(full_vocab)
+        else:
+            raise ValueError(f"vocab must be auto, full or compact, got {cfg.vocab!r}")
+    tokenizer_path, tokenizer_note = resolve_tokenizer(tok_info, cfg.tokenizer)
+    byte_lengths, bytes_method = None, tokenizer_note
+    if tokenizer_path is not None:
+        table, bytes_method = token_byte_lengths(
+            tokenizer_path, full_vocab, (tok_info.get("bos_id"), tok_info.get("eos_id"), tok_info.get("pad_id")))
+        byte_lengths = torch.from_numpy(table)
+        if tokenizer_note != "ok":
+            bytes_method += f"; {tokenizer_note}"
+    else:
+        say(f"no bytes table: {tokenizer_note}; held-out BPB will be null")
+
+    # ---- model, optimizer, schedule
+    model_config = ModelConfig(vocab_size=vocab.size, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                               n_heads=cfg.n_heads, d_ff=cfg.d_ff)
+    model, opt = build_model_optimizer(model_config, cfg.optimizer, cfg.lr, dev)
+    long_batch = max(1, round(cfg.batch * pretrain.seq_len / long.seq_len)) if long else 0
+    total_tokens = cfg.total_tokens or plan_tokens(
+        steps, cfg.batch * pretrain.tokens_per_sequence, long_batch * long.tokens_per_sequence if long else None)
+    schedule = TokenSchedule(total_tokens, peak_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=steps)
+
+    state = {"step": 0, "tokens": 0, "trained_tokens": 0, "cursors": {}, "losses": [], "history": [],
+             "evals": [], "phase_switch_step": None, "train_seconds": 0.0}
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        opt.load_state_dict(checkpoint["optimizer"])
+        state.update(checkpoint["state"])
+    streams = {p.name: PhaseStream(p, state["cursors"].get(p.name, 0)) for p in used}
+    rows = eval_rows(used, cfg.holdout_every, cfg.eval_tokens)
+    say(f"model {model.num_parameters():,} params ({model_config.n_layers} layers, d_model {model_config.d_model}, "
+        f"{model_config.n_heads} heads, d_ff {model_config.d_ff}), vocab {vocab.mode} {vocab.size:,} of "
+        f"{full_vocab:,}, optimizer {cfg.optimizer}, device {dev}")
+    say(f"phases: {', '.join(f'{p.name} ({p.sequences} seq x {p.seq_len})' for p in used)}; token budget "
+        f"{total_tokens:,.0f}, warmup {schedule.warmup_steps} steps, decay {schedule.marks['decay_start']:,.0f}"
+        f"..{schedule.marks['decay_end']:,.0f}" + (f", long from {schedule.marks['long_switch']:,.0f}" if long else "")
+        + "; held-out eval " + ", ".join(f"{name} {sum(len(s) for r in part for s in r):,}"
+                                         for name, part in rows.items()) + " tokens")
+
+    def save_checkpoint() -> str | None:
+        if not cfg.checkpoint_dir:
+            return None
+        os.makedirs(cfg.checkpoint_dir, exist_ok=True)
+        state["cursors"] = {name: s.consumed for name, s in streams.items()}
+        path = os.path.join(cfg.checkpoint_dir, f"step-{state['step']:08d}.pt")
+        payload = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                   "state": state, "config": asdict(cfg), "model_config": model_config.to_dict(),
+                   "vocab_size": vocab.vocab_size, "vocab_keep": vocab.keep, "steps": steps,
+                   "total_tokens": total_tokens}
+        torch.save(payload, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        for old in _checkpoint_files(cfg.checkpoint_dir)[:-max(1, cfg.keep_checkpoints)]:
+            os.remove(old)
+        return path
+
+    def run_eval() -> dict:
+        result = combine_evals({name: evaluate(model, part, vocab, byte_lengths, dev, cfg.attention)
+                                for name, part in rows.items()})
+        result["step"] = state["step"]
+        state["evals"].append(result)
+
+        def fmt(r: dict) -> str:
+            bpb = f"{r['bpb']:.4f}" if r["bpb"] is not None else "n/a"
+            loss = f"{r['loss']:.4f}" if r["loss"] is not None else "n/a"
+            return f"loss {loss} nats/token, bpb {bpb} ({r['tokens']:,} tokens, {r['bytes'] or 0:,} bytes)"
+
+        by_phase = "".join(f"; {name}: {fmt(r)}" for name, r in result["by_phase"].items()) if len(rows) > 1 else ""
+        say(f"eval step {state['step']}: held-out {fmt(result)}{by_phase}")
+        return result
+
+    model.train()
+    last_checkpoint = None
+    window_tokens, window_seconds = 0, 0.0
+    while state["step"] < steps:
+        step = state["step"]
+        use_long = long is not None and schedule.phase(state["tokens"]) == "long"
+        phase = long if use_long else pretrain
+        if use_long and state["phase_switch_step"] is None:
+            state["phase_switch_step"] = step
+            say(f"step {step}: switching to phase {long.name} (seq_len {long.seq_len}) at {state['tokens']:,} tokens")
+        start = time.perf_counter()
+        batch, consumed = make_batch(streams[phase.name], long_batch if use_long else cfg.batch, cfg.holdout_every)
+        lr = schedule(step, state["tokens"])
+        opt.set_lr(lr)
+        opt.zero_grad()
+        ce, _ = batch_losses(model, batch, vocab, dev, cfg.attention)
+        loss = ce.mean()
+        loss.backward()
+        opt.step()
+        loss_value = loss.item()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        seconds = time.perf_counter() - start
+        trained = int((batch["segment_ids"] >= 0).sum())
+        state["step"] += 1
+        state["tokens"] += consumed
+        state["trained_tokens"] += trained
+        state["train_seconds"] += seconds
+        state["losses"].append(loss_value)
+        window_tokens += trained
+        window_seconds += seconds
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"step {state['step']}: loss is {loss_value}")
+
+        done = state["step"] == steps
+        if state["step"] % max(1, cfg.log_every) == 0 or done or state["step"] == 1:
+            lrs = _tier_lrs(opt)
+            entry = {"step": state["step"], "phase": phase.name, "tokens": state["tokens"], "loss": loss_value,
+                     "lr": lrs, "tokens_per_s": window_tokens / window_seconds if window_seconds else None}
+            state["history"].append(entry)
+            say(f"step {state['step']:>6}/{steps}  {phase.name:<8}  tokens {state['tokens']:>12,}  "
+                f"loss {loss_value:8.4f}  lr " + " ".join(f"{t}={v:.3e}" for t, v in lrs.items())
+                + f"  tok/s {entry['tokens_per_s']:,.0f}")
+            window_tokens, window_seconds = 0, 0.0
+        if cfg.eval_every and state["step"] % cfg.eval_every == 0 and not done:
+            run_eval()
+        if cfg.checkpoint_dir and cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0 and not done:
+            last_checkpoint = save_checkpoint()
+
+    final_eval = state["evals"][-1] if state["evals"] and state["evals"][-1]["step"] == state["step"] else run_eval()
+    if cfg.checkpoint_dir:
+        last_checkpoint = save_checkpoint()
+    losses = state["losses"]
+    tail = losses[-max(1, cfg.log_every):]
+    return {
+        "steps": state["step"],
+        "tokens": state["tokens"],
+        "trained_tokens": state["trained_tokens"],
+        "tokens_per_s": state["trained_tokens"] / state["train_seconds"] if state["train_seconds"] else None,
+        "train_seconds": state["train_seconds"],
+        "initial_loss": losses[0] if losses else None,
+        "final_loss": sum(tail) / len(tail) if tail else None,
+        "last_loss": losses[-1] if losses else None,
+        "losses": losses,
+        "heldout": final_eval,
+        "evals": state["evals"],
+        "history": state["history"],
+        "schedule": {"total_tokens": total_tokens, "peak_lr": cfg.lr, "warmup_steps": schedule.warmup_steps,
+                     **schedule.marks},
+        "phase_switch_step": state["phase_switch_step"],
+        "model": {"params": model.num_parameters(), **model_config.to_dict()},
+        "vocab": {"mode": vocab.mode, "size": vocab.size, "tokenizer_vocab": vocab.vocab_size,
+                  "bytes": bytes_method},
+        "optimizer": cfg.optimizer,
+        "routing": _routing_counts(opt, model),
+        "device": str(dev),
+        "checkpoint": last_checkpoint,
+        "config": asdict(cfg),
+    }
