@@ -243,36 +243,34 @@ class ScoreSyntheticText(beam.DoFn):
 
 
 # -------------------------------------------------------------------------------------- exact dedup
-class ExactDedupStage:
-    name, schema = "exact_dedup", io.DOC_SCHEMA
-    starts_group = True
-    needs_input = True
+def _exact_dedup(cfg):
+    from dedup.transforms import ExactDedup
 
-    def build(self, p, cfg, inputs, root):
-        from dedup.transforms import ExactDedup
-
-        res = inputs | "ExactDedup" >> ExactDedup(cfg["exact_dedup"]["survivor"])
-        drops = res.duplicates | "DupDrops" >> beam.MapTuple(
-            lambda doc, survivor, size: drop(with_scores(doc, exact_group_size=size), "exact_dedup",
-                                             "exact_duplicate", survivor).value)
-        return res.docs, drops, res.counters
+    return ExactDedup(cfg["exact_dedup"]["survivor"])
 
 
-# --------------------------------------------------------------------------------------- near dedup
-class NearDedupStage:
+def _near_dedup(cfg):
     """MinHash LSH near-duplicates, verified by exact Jaccard, clustered by connected components."""
+    from dedup.near import NearDedup
 
-    name, schema = "near_dedup", io.DOC_SCHEMA
-    starts_group = False
-    needs_input = True
+    return NearDedup(cfg["near_dedup"])
+
+
+class DedupStage:
+    """A dedup transform's survivors pass on; every other member is dropped naming its survivor
+    (detail) with its group size in the scores."""
+
+    schema, needs_input = io.DOC_SCHEMA, True
+
+    def __init__(self, name: str, transform, reason: str, starts_group: bool):
+        self.name, self.transform, self.reason, self.starts_group = name, transform, reason, starts_group
 
     def build(self, p, cfg, inputs, root):
-        from dedup.near import NearDedup
-
-        res = inputs | "NearDedup" >> NearDedup(cfg["near_dedup"])
-        drops = res.duplicates | "NearDrops" >> beam.MapTuple(
-            lambda doc, survivor, size: drop(with_scores(doc, near_cluster_size=size), "near_dedup",
-                                             "near_duplicate", survivor).value)
+        res = inputs | f"{self.name}/Dedup" >> self.transform(cfg)
+        stage, reason = self.name, self.reason
+        drops = res.duplicates | f"{stage}/Drops" >> beam.MapTuple(
+            lambda doc, survivor, size: drop(with_scores(doc, **{f"{stage}_group_size": size}), stage,
+                                             reason, survivor).value)
         return res.docs, drops, res.counters
 
 
@@ -353,4 +351,6 @@ STAGES = {s.name: s for s in (
     PerDocumentStage("language", IdentifyLanguage, starts_group=True),
     PerDocumentStage("quality", ApplyQualityRules, starts_group=False),
     PerDocumentStage("synthetic", ScoreSyntheticText, starts_group=False),
-    ExactDedupStage(), NearDedupStage(), WriteStage(), PackStage(), ImagesStage())}
+    DedupStage("exact_dedup", _exact_dedup, "exact_duplicate", starts_group=True),
+    DedupStage("near_dedup", _near_dedup, "near_duplicate", starts_group=False),
+    WriteStage(), PackStage(), ImagesStage())}
