@@ -68,15 +68,18 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
     with beam.Pipeline(options=pipeline_options(cfg)) as p:
         needs_input = STAGES[names[0]].needs_input
         docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream and needs_input else None
+        out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
         for name in names:
             stage = STAGES[name]
             inputs = docs
             docs, drops, counters = stage.build(p, cfg, inputs, root)
             parts = [counters, drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))]
             if inputs is not None:
-                parts.append(_count(inputs, f"{name}/In", "in"))
-            if docs is not None:
-                parts.append(_count(docs, f"{name}/Out", "out"))
+                parts.append(_count(inputs, f"{name}/In", "in") if out_count is None
+                             else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
+            out_count = None if docs is None else _count(docs, f"{name}/Out", "out")
+            if out_count is not None:
+                parts.append(out_count)
             if cfg["write_dropped"]:
                 io.write_parquet(drops, io.join(root, "dropped", name), io.DROP_SCHEMA, f"{name}/WriteDropped")
             (parts | f"{name}/AllCounters" >> beam.Flatten() | f"{name}/Sum" >> beam.CombinePerKey(sum)
