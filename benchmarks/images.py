@@ -44,9 +44,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dedup.image import ImagePairs, resolve  # noqa: E402
-from extract.images import canonical_url, image_record  # noqa: E402
-from extract.records import doc_id, route  # noqa: E402
-from extract.warc import RawRecord, iter_records  # noqa: E402
+from extract.images import canonical_url, read_pages_and_images  # noqa: E402
 from filters.image import decode_image  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -55,21 +53,6 @@ LABEL_REASON = {"declared_too_small": "too_small", "filename_alt": "uninformativ
                 "generic_alt": "uninformative_alt", "alt_too_short": "uninformative_alt"}
 
 
-def read_warc(path: str) -> tuple[list[dict], list[dict]]:
-    """HTML pages (as the read stage hands them over) and image records of a WARC file."""
-    pages, images = [], []
-    with open(path, "rb") as fh:
-        for rec in iter_records(fh):
-            if not isinstance(rec, RawRecord):
-                continue
-            if route(rec)[0] == "html":
-                pages.append({"id": doc_id(rec, path), "url": rec.url, "warc_file": path, "warc_date": rec.date,
-                              "source": "html", "payload": rec.payload, "http_charset": rec.http_charset})
-            else:
-                image = image_record(rec.url, rec.http_status, rec.http_content_type, rec.payload)
-                if image:
-                    images.append(image)
-    return pages, images
 
 
 # ------------------------------------------------------------------------------------ throughput
@@ -77,7 +60,7 @@ def throughput(image_dir: str, warc: str, rounds: int) -> dict:
     groups = {"photos": [p.read_bytes() for p in sorted(Path(image_dir).iterdir())
                          if p.suffix.lower() in (".png", ".jpg", ".jpeg")]}
     if warc:
-        groups["warc_images"] = [r["payload"] for r in read_warc(warc)[1]]
+        groups["warc_images"] = [r["payload"] for r in read_pages_and_images(warc)[1]]
     groups["all"] = [b for blobs in groups.values() for b in blobs]
     cfg = resolve({"min_side": 1, "max_aspect": 1e9})
     return {name: _race(blobs, cfg, rounds) for name, blobs in groups.items()}
@@ -132,7 +115,7 @@ def run_pairs(pages: list[dict], images: list[dict], config: dict) -> tuple[list
 
 def evaluate(warc: str, labels_path: str) -> dict:
     labels = [json.loads(line) for line in open(labels_path, encoding="utf-8")]
-    pages, images = read_warc(warc)
+    pages, images = read_pages_and_images(warc)
     sha_of = {r["url"]: hashlib.sha256(r["payload"]).hexdigest() for r in images}
     out = {"warc": warc, "labels": labels_path, "img_tags": len(labels), "pages": len(pages),
            "image_records": len(images)}

@@ -329,3 +329,25 @@ def image_record(url: str, http_status: int | None, content_type: str, payload: 
         return None
     return {"url": canonical_url(url), "payload": payload, "content_type": content_type,
             "x_robots_tag": x_robots_tag}
+
+
+def read_pages_and_images(path) -> tuple[list[dict], list[dict]]:
+    """HTML pages and image records of one local WARC file, in the form the read stage hands them to
+    `ImagePairs` (for benchmarks and tests that run the image branch without the whole pipeline)."""
+    from extract.records import doc_id, route
+    from extract.warc import RawRecord, iter_records
+
+    path = str(path)
+    pages, images = [], []
+    with open(path, "rb") as fh:
+        for rec in iter_records(fh):
+            if not isinstance(rec, RawRecord):
+                continue
+            if route(rec)[0] == "html":
+                pages.append({"id": doc_id(rec, path), "url": rec.url, "warc_file": path, "warc_date": rec.date,
+                              "source": "html", "payload": rec.payload, "http_charset": rec.http_charset})
+            else:
+                image = image_record(rec.url, rec.http_status, rec.http_content_type, rec.payload)
+                if image:
+                    images.append(image)
+    return pages, images

@@ -14,9 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from PIL import Image
 
 from dedup.image import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
-from extract.images import image_record
-from extract.records import doc_id, route
-from extract.warc import RawRecord, iter_records
+from extract.images import image_record, read_pages_and_images
 from tests.test_fetch import Handler, serve
 from tests.test_images_decode import UKWA, encode, photo, ukwa_images
 
@@ -26,22 +24,6 @@ pytestmark = pytest.mark.slow
 FAST = {"phash": {"max_rounds": 4}, "embedding_dedup": {"max_rounds": 4}}  # small graphs converge in <= 2
 
 
-def read_warc(path) -> tuple[list[dict], list[dict]]:
-    """Pages and image records of a WARC, as the read stage hands them over."""
-    pages, images = [], []
-    with open(path, "rb") as fh:
-        for rec in iter_records(fh):
-            if not isinstance(rec, RawRecord):
-                continue
-            if route(rec)[0] == "html":
-                pages.append({"id": doc_id(rec, str(path)), "url": rec.url, "warc_file": str(path),
-                              "warc_date": rec.date, "source": "html", "payload": rec.payload,
-                              "http_charset": rec.http_charset})
-            else:
-                image = image_record(rec.url, rec.http_status, rec.http_content_type, rec.payload)
-                if image:
-                    images.append(image)
-    return pages, images
 
 
 def run_pairs(pages, images, config, tmp_path, args=ONE_WORKER):
@@ -77,7 +59,7 @@ def no_network(monkeypatch):
 
 def test_ukwa_main_page_pairs_from_the_warc(tmp_path, no_network):
     """Default config (fetching on): every image is in the WARC, nothing is fetched."""
-    pages, images = read_warc(UKWA)
+    pages, images = read_pages_and_images(UKWA)
     pairs, drops, counters, stored = run_pairs(pages, images, {}, tmp_path)
     assert [(p["alt"], p["width"], p["height"], p["format"]) for p in pairs] == [("Emperor shrimp", 334, 250, "JPEG")]
     shrimp = pairs[0]
@@ -94,7 +76,7 @@ def test_ukwa_main_page_pairs_from_the_warc(tmp_path, no_network):
 
 
 def test_one_and_two_workers_give_identical_output(tmp_path):
-    pages, images = read_warc(UKWA)
+    pages, images = read_pages_and_images(UKWA)
     config = {"min_side": 50, "fetch": {"enabled": False}}
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()

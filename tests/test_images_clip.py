@@ -9,7 +9,8 @@ import pytest
 
 from dedup.image import resolve
 from filters.image import ClipScorer, open_image
-from tests.test_images_beam import read_warc, reasons, run_pairs
+from extract.images import read_pages_and_images
+from tests.test_images_beam import reasons, run_pairs
 from tests.test_images_decode import UKWA, ukwa_images
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -74,7 +75,7 @@ def test_relevance_threshold_and_embedding_dedup_in_beam(tiny_clip, tmp_path):
                                        [a for _, a in thumbnails()]), [a for _, a in thumbnails()]), reverse=True)
     threshold = (expected[1][0] + expected[2][0]) / 2
     assert expected[1][0] - expected[2][0] > 1e-4
-    pages, images = read_warc(UKWA)
+    pages, images = read_pages_and_images(UKWA)
     config = {"min_side": 50, "fetch": {"enabled": False},
               "relevance": {"model": tiny_clip, "threshold": threshold, "batch_size": 3},
               "embedding_dedup": {"enabled": True, "threshold": -1.0}}
