@@ -1,17 +1,19 @@
 """Per-document wall-clock limit without a thread per document.
 
-One watchdog thread per worker process watches the current deadline and, when it passes, raises
-`DocumentTimeout` in the guarded thread (CPython's async exception, as resiliparse's TimeGuard does).
-Entering a guarded block costs two attribute writes, so it can wrap every document. The exception is
+One watchdog thread per worker process holds the deadline of every guarded block (one per thread, so
+Beam harnesses that run several bundles at once in one process are covered) and, when one passes,
+raises `DocumentTimeout` in that thread (CPython's async exception, as resiliparse's TimeGuard does).
+The watchdog sleeps until the earliest deadline instead of polling: in a busy worker it wakes about
+once per timeout period, and entering a guarded block costs one uncontended lock. The exception is
 delivered at the next Python bytecode: native extractor code is bounded by the HTML size cap instead.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import time
-from contextlib import contextmanager
 
 
 class DocumentTimeout(BaseException):
@@ -19,38 +21,60 @@ class DocumentTimeout(BaseException):
 
 
 class Watchdog:
-    def __init__(self, check_interval_s: float = 0.02):
-        self._lock = threading.Lock()
-        self._deadline: float | None = None
-        self._target = 0
-        self._fired = False
-        self._interval = check_interval_s
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._deadlines: dict[int, float] = {}  # thread id -> deadline of its guarded block
+        self._fired: set[int] = set()
+        self._waiting_until = math.inf  # the deadline the watchdog sleeps towards (inf: idle)
         threading.Thread(target=self._watch, name="curate-watchdog", daemon=True).start()
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(self._interval)
-            with self._lock:
-                if self._deadline is not None and time.monotonic() > self._deadline:
-                    self._deadline = None  # fire once per guarded block
-                    self._fired = True
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self._target), ctypes.py_object(DocumentTimeout))
+        with self._cond:
+            while True:
+                if not self._deadlines:
+                    self._waiting_until = math.inf
+                    self._cond.wait()
+                    continue
+                thread, deadline = min(self._deadlines.items(), key=lambda kv: kv[1])
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    self._waiting_until = deadline
+                    self._cond.wait(remaining)
+                    continue
+                del self._deadlines[thread]  # fire once per guarded block
+                self._fired.add(thread)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(DocumentTimeout))
 
-    @contextmanager
-    def limit(self, seconds: float):
-        with self._lock:
-            self._target = threading.get_ident()
-            self._deadline = time.monotonic() + seconds
-            self._fired = False
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._deadline = None
-                fired = self._fired
-        if fired:  # delivered inside code that swallowed it: still a timeout
+    def limit(self, seconds: float) -> "_Limit":
+        """`with watchdog().limit(s):` raises DocumentTimeout if the block runs longer than `s`."""
+        return _Limit(self, seconds)
+
+
+class _Limit:
+    """The guarded block (a plain class: contextlib's generator machinery costs more than the guard)."""
+
+    __slots__ = ("dog", "seconds", "thread")
+
+    def __init__(self, dog: Watchdog, seconds: float):
+        self.dog, self.seconds = dog, seconds
+
+    def __enter__(self) -> None:
+        dog, self.thread = self.dog, threading.get_ident()
+        with dog._cond:
+            deadline = dog._deadlines[self.thread] = time.monotonic() + self.seconds
+            dog._fired.discard(self.thread)
+            if deadline < dog._waiting_until:  # sooner than the watchdog would wake: wake it now
+                dog._cond.notify()
+
+    def __exit__(self, *exc) -> bool:
+        dog = self.dog
+        with dog._cond:
+            dog._deadlines.pop(self.thread, None)
+            fired = self.thread in dog._fired
+            dog._fired.discard(self.thread)
+        if fired and exc[0] is None:  # delivered inside code that swallowed it: still a timeout
             raise DocumentTimeout()
+        return False
 
 
 _WATCHDOG: Watchdog | None = None

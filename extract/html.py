@@ -10,6 +10,7 @@ document under a wall-clock guard and a size cap.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ class ExtractionError(Exception):
         self.detail = detail
 
 
+@functools.lru_cache(maxsize=512)
 def _canonical(name: str | None) -> str | None:
     if not name:
         return None

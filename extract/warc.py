@@ -78,7 +78,7 @@ def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int)
         headers = rec.headers
         raw = RawRecord(
             warc_type=str(rtype),
-            record_id=headers.get("WARC-Record-ID") or "",
+            record_id=rec.record_id or "",
             url=headers.get("WARC-Target-URI") or "",
             offset=pos,
             date=headers.get("WARC-Date") or "",

@@ -289,6 +289,10 @@ class QualityConfig:
     (e.g. YAML) with :meth:`from_dict`, which rejects unknown keys.
     """
 
+    # C4's policy/javascript line removal (filters/clean.py), applied before the rules as
+    # datatrove's C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text.
+    c4_line_filter: bool = True
+
     # Rule families
     gopher_quality: bool = True
     gopher_repetition: bool = True

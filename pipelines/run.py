@@ -73,13 +73,17 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
             stage = STAGES[name]
             inputs = docs
             docs, drops, counters = stage.build(p, cfg, inputs, root)
-            parts = [counters, drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))]
-            if inputs is not None:
-                parts.append(_count(inputs, f"{name}/In", "in") if out_count is None
-                             else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
-            out_count = None if docs is None else _count(docs, f"{name}/Out", "out")
-            if out_count is not None:
-                parts.append(out_count)
+            parts = [counters]
+            if stage.counts_itself:  # its DoFn tallies in, out and drops per bundle
+                out_count = None
+            else:
+                parts.append(drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1)))
+                if inputs is not None:
+                    parts.append(_count(inputs, f"{name}/In", "in") if out_count is None
+                                 else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
+                out_count = None if docs is None else _count(docs, f"{name}/Out", "out")
+                if out_count is not None:
+                    parts.append(out_count)
             if cfg["write_dropped"]:
                 io.write_parquet(drops, io.join(root, "dropped", name), io.DROP_SCHEMA, f"{name}/WriteDropped")
             (parts | f"{name}/AllCounters" >> beam.Flatten() | f"{name}/Sum" >> beam.CombinePerKey(sum)

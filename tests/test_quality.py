@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 
@@ -530,3 +531,25 @@ def test_cjk_ngrams_are_scaled_to_word_length():
     # space-delimited languages are unaffected by the CJK scale
     en = "the cat sat on the mat and the dog sat on the rug " * 3
     assert scaled.measure(en, "en")["gopher_dup_5gram_frac"] == unscaled.measure(en, "en")["gopher_dup_5gram_frac"]
+
+
+def test_quality_stage_removes_c4_policy_lines_first():
+    """The quality stage drops cookie/privacy/javascript lines (C4) before judging the document,
+    records how many, and leaves them in place when `c4_line_filter` is off."""
+    from pipelines.stages import ApplyQualityRules
+
+    text = "This site uses cookies to improve your experience.\nThe river survey started in spring.\n" \
+           "Please enable JavaScript to view comments."
+    doc = {"id": "a", "text": text, "lang": "en", "scores": "{}"}
+    for enabled in (True, False):
+        stage = ApplyQualityRules({"c4_line_filter": enabled})
+        stage.setup()
+        stage.start_bundle()
+        outs = [o if isinstance(o, dict) else o.value for o in stage.process(doc)]
+        assert len(outs) == 1  # kept or dropped, never both
+        scores = json.loads(outs[0]["scores"])
+        if enabled:
+            assert outs[0]["text"] == "The river survey started in spring."
+            assert scores["boilerplate_lines"] == 2
+        else:
+            assert outs[0]["text"] == text and "boilerplate_lines" not in scores
