@@ -17,8 +17,9 @@ i.e. groups of >= ~2e4 * L tokens: ~0.1-0.2B tokens at 4K-8K, ~0.7-1B tokens at 
 ">= 100k docs / >= 0.3B tokens at 64K" is where the *mean* padding reaches 1e-4.) Caveat: this needs
 a fine-grained length distribution. Bootstrap-resampling the 2,701-document web-text sample (only
 1,731 distinct lengths, smallest 8) leaves 1-28-token gaps that no remaining chunk fits in many
-sequences (20-30%), and BFD then pads ~1.2-1.6e-4 at L=4K/8K no matter the group size (benchmarks/packing.py;
-with 2% multiplicative jitter on the resampled lengths it drops to ~3-8e-6).
+sequences (20-30%), and plain BFD then pads ~1.2-1.6e-4 at L=4K/8K no matter the group size
+(benchmarks/packing.py); `pack_lengths` adds exact-pair reservations for those sequences and pads
+4-7e-5 there (with 2% multiplicative jitter on the resampled lengths plain BFD drops to ~3-8e-6).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import json
 import numpy as np
 import pytest
 
-from packing.bfd import pack_lengths, pack_lengths_csr, padding_rate, reference_bfd
+from packing.bfd import bfd_csr, pack_lengths, pack_lengths_csr, padding_rate, reference_bfd, reserving_bfd_csr
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,6 +98,12 @@ def random_lengths(rng, kind, n, L):
 KINDS = ["uniform", "tiny", "lognormal", "few_values", "big"]
 
 
+def bfd_lists(x, L):
+    """Plain best-fit-decreasing (`bfd_csr`) as lists: the packing `reference_bfd` must equal."""
+    items, offsets = bfd_csr(x, L)
+    return [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
 # ---------------------------------------------------------------------------------------
 # small, hand-checked cases
 # ---------------------------------------------------------------------------------------
@@ -113,24 +120,24 @@ def test_empty():
 
 def test_best_fit_not_first_fit():
     # 5 -> bin0 (2 free); 3 -> bin1 (4 free); 3 -> bin1 (1 free); 1 -> tightest = bin1 (first fit: bin0)
-    assert pack_lengths([5, 3, 3, 1], 7) == [[0], [1, 2, 3]]
+    assert bfd_lists([5, 3, 3, 1], 7) == [[0], [1, 2, 3]]
     assert reference_bfd([5, 3, 3, 1], 7) == [[0], [1, 2, 3]]
 
 
 def test_tie_breaks():
     # equal lengths: taken by index
-    assert pack_lengths([2, 2, 2], 4) == [[0, 1], [2]]
-    assert pack_lengths([1, 3, 3, 3], 4) == [[1], [2], [3, 0]]  # three bins with 1 free: the last one
+    assert bfd_lists([2, 2, 2], 4) == [[0, 1], [2]]
+    assert bfd_lists([1, 3, 3, 3], 4) == [[1], [2], [3, 0]]  # three bins with 1 free: the last one
     # equal remaining capacity: the bin that reached it most recently (LIFO)
-    assert pack_lengths([3, 3, 1], 4) == [[0], [1, 2]]
-    assert pack_lengths([6, 6, 2, 2], 10) == [[0], [1, 2, 3]]
+    assert bfd_lists([3, 3, 1], 4) == [[0], [1, 2]]
+    assert bfd_lists([6, 6, 2, 2], 10) == [[0], [1, 2, 3]]
 
 
 def test_single_and_full_items():
-    assert pack_lengths([7], 7) == [[0]]
-    assert pack_lengths([7, 7, 7], 7) == [[0], [1], [2]]
-    assert pack_lengths([1] * 5, 1) == [[0], [1], [2], [3], [4]]
-    assert pack_lengths([1] * 5, 2) == [[0, 1], [2, 3], [4]]
+    assert bfd_lists([7], 7) == [[0]]
+    assert bfd_lists([7, 7, 7], 7) == [[0], [1], [2]]
+    assert bfd_lists([1] * 5, 1) == [[0], [1], [2], [3], [4]]
+    assert bfd_lists([1] * 5, 2) == [[0, 1], [2, 3], [4]]
 
 
 def test_padding_rate():
@@ -184,7 +191,7 @@ def test_random_small_against_naive(kind):
         L = int(rng.integers(1, 60))
         n = int(rng.integers(0, 80))
         x = random_lengths(rng, kind, n, L).tolist()
-        got = pack_lengths(x, L)
+        got = bfd_lists(x, L)
         check_packing(x, got, L)
         assert got == naive_bfd(x, L)
         assert got == reference_bfd(x, L)
@@ -196,12 +203,12 @@ def test_random_against_reference(kind, L):
     rng = np.random.default_rng(1000 * KINDS.index(kind) + L)
     n = int(rng.integers(1, 3000))
     x = random_lengths(rng, kind, n, L)
-    got = pack_lengths(x, L)
+    got = bfd_lists(x, L)
     check_packing(x, got, L)
     ref = reference_bfd(x, L)
     assert len(got) == len(ref)
     assert got == ref  # identical packings, not just equal counts
-    items, offsets = pack_lengths_csr(x, L)
+    items, offsets = bfd_csr(x, L)
     assert [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == got
     assert len(got) >= -(-int(np.sum(x)) // L)
 
@@ -210,7 +217,7 @@ def test_larger_against_reference():
     rng = np.random.default_rng(7)
     L = 8192
     x = chunk(np.rint(rng.lognormal(np.log(900), 1.2, 30_000)), L)
-    got = pack_lengths(x, L)
+    got = bfd_lists(x, L)
     check_packing(x, got, L)
     assert got == reference_bfd(x, L)
 
@@ -241,7 +248,7 @@ def _lcg_lengths(n, L, seed=12345):
 def test_pinned_output():
     """Same input -> byte-identical output on every machine (golden digest)."""
     xs = _lcg_lengths(5000, 2048)
-    bins = pack_lengths(xs, 2048)
+    bins = bfd_lists(xs, 2048)
     assert len(bins) == 1960
     digest = hashlib.sha256(json.dumps(bins).encode()).hexdigest()
     assert digest == "e2c88e0e0a01811335be539a29bb070dc1718836702934bda6d2ede6b7750e1c"
@@ -283,3 +290,58 @@ def test_small_group_cannot_reach_target():
     bins = pack_lengths(x, L)
     assert len(bins) == -(-int(x.sum()) // L)  # BFD is optimal here...
     assert padding_rate(x, bins, L) > 1e-4  # ...and still pads > 1e-4: the group is too small
+
+
+# ---------------------------------------------------------------------------------------
+# pack_lengths = the better of plain BFD and BFD with exact-pair reservations
+# ---------------------------------------------------------------------------------------
+
+
+def _as_lists(items, offsets):
+    return [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pack_lengths_valid_and_never_worse_than_bfd(kind):
+    rng = np.random.default_rng(77 + KINDS.index(kind))
+    for _ in range(40):
+        L = int(rng.choice([1, 8, 50, 512, 4096]))
+        x = random_lengths(rng, kind, int(rng.integers(0, 600)), L)
+        got = pack_lengths(x, L)
+        check_packing(x, got, L)
+        assert len(got) <= len(bfd_lists(x, L))
+        reserving = _as_lists(*reserving_bfd_csr(x, L))
+        check_packing(x, reserving, L)
+        assert got == min((bfd_lists(x, L), reserving), key=len)  # ties: plain BFD
+
+
+def test_reservation_fills_what_best_fit_leaves_unfillable():
+    """Best fit puts 33 with 47 (20 free, shorter than any item): 4 sequences. The reserving packer
+    keeps 47's sequence for the exact pair 32 + 21 instead: 3 sequences, two of them full."""
+    x = [33, 32, 66, 47, 33, 32, 32, 21]
+    assert [[x[i] for i in b] for b in bfd_lists(x, 100)] == [[66, 33], [47, 33], [32, 32, 32], [21]]
+    reserving = _as_lists(*reserving_bfd_csr(x, 100))
+    assert [[x[i] for i in b] for b in reserving] == [[66, 33], [47, 32, 21], [33, 32, 32]]
+    assert pack_lengths(x, 100) == reserving
+
+
+def test_coarse_grid_resample_packs_tighter():
+    """A bootstrap resample of a few hundred distinct lengths (the benchmark's situation): plain
+    BFD leaves many sequences a few tokens short; reservations remove most of that excess."""
+    rng = np.random.default_rng(5)
+    grid = np.unique(np.maximum(8, np.rint(rng.lognormal(np.log(900), 1.2, 900)))).astype(np.int64)
+    x, L = chunk(rng.choice(grid, 200_000), 4096), 4096
+    lower = -(-int(x.sum()) // L)
+    plain = bfd_csr(x, L)[1].size - 1 - lower
+    packed = pack_lengths_csr(x, L)[1].size - 1 - lower
+    assert plain >= 40 and packed <= 0.7 * plain
+
+
+def test_reserving_pinned_output():
+    """The reserving packer is deterministic too (golden digest)."""
+    xs = _lcg_lengths(5000, 2048)
+    bins = _as_lists(*reserving_bfd_csr(xs, 2048))
+    check_packing(xs, bins, 2048)
+    digest = hashlib.sha256(json.dumps(bins).encode()).hexdigest()
+    assert len(bins) == 1960
+    assert digest == "b9331d3a9a505cf78330967ee866b9745849d8534a9744c8c15b9b2eb1890085"
