@@ -10,6 +10,10 @@ plain BFD and the reference give identical packings; prints one JSON object.
     .venv/bin/python benchmarks/packing.py                       # N = 1M, L = 4096 / 8192 / 65536
     .venv/bin/python benchmarks/packing.py --n 1000000 10000000 --groups 30000 100000
 
+Every run also packs in the pipeline's own groups (total tokens // ceil(2 / 1e-4) * L of them, chunks
+assigned by a seeded hash, as packing/transforms.py does) and reports per-group padding and
+sequences - lower bound ("pipeline_groups").
+
 --groups G [G ...]: additionally pack in groups of ~G chunks (each chunk assigned to one of
 ceil(chunks / G) groups by a seeded hash of its index) and report, per G, the worst per-group
 padding rate and whether every group used at most ceil(group tokens / L) + 1 sequences.
@@ -147,7 +151,7 @@ def run_groups(chunks: np.ndarray, L: int, G: int, seed: int) -> dict:
     dt = time.perf_counter() - t0
     pads_a, exc_a = np.asarray(pads), np.asarray(excess)
     return {
-        "group_size_target": G,
+        "group_size_target": round(G),
         "groups": ngroups,
         "chunks_per_group": {"min": int(min(sizes)), "mean": float(np.mean(sizes)), "max": int(max(sizes))},
         "tokens_per_group": {"min": int(min(toks)), "mean": float(np.mean(toks)), "max": int(max(toks))},
@@ -226,6 +230,13 @@ def bench_one(docs: np.ndarray, L: int, args) -> dict:
     del bins, items, offsets, it2, off2, bi, bo
     gc.collect()
 
+    # the pipeline's own grouping (packing/transforms.py): total // min_group_tokens groups, with
+    # min_group_tokens = ceil(2 / padding target) * L
+    ngroups = max(1, total // (int(np.ceil(2 / PADDING_TARGET)) * L))
+    res["pipeline_groups"] = run_groups(chunks, L, n / ngroups, args.seed)
+    log(f"  pipeline groups ({ngroups}): max padding {res['pipeline_groups']['max_padding_rate']:.3g}, "
+        f"max excess {res['pipeline_groups']['max_sequences_minus_lower_bound']}")
+
     if args.groups:
         res["groups"] = []
         for G in args.groups:
@@ -296,6 +307,8 @@ def main(argv=None) -> int:
         "padding_le_1e-4_all": all(r["fast"]["padding_rate"] <= PADDING_TARGET for r in rs),
         "sequences_le_lower_bound_plus_1_all": all(r["fast"]["sequences_minus_lower_bound"] <= 1 for r in rs),
         "groups_within_lower_bound_plus_1_all": all(g["all_groups_within_lower_bound_plus_1"] for r in rs for g in r.get("groups", [])),
+        "pipeline_groups_within_lower_bound_plus_1_all": all(r["pipeline_groups"]["all_groups_within_lower_bound_plus_1"] for r in rs),
+        "pipeline_groups_padding_le_1e-4_all": all(r["pipeline_groups"]["max_padding_rate"] <= PADDING_TARGET for r in rs),
         "speedup_ge_5_all": bool(with_ref) and all(r["speedup"] >= SPEEDUP_TARGET for r in with_ref),
         "min_speedup": min((r["speedup"] for r in with_ref), default=None),
         "plain_bfd_identical_to_reference_all": all(r["reference"]["identical_to_plain_bfd"] for r in with_ref),
