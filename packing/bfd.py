@@ -541,9 +541,18 @@ def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
     return ev_bins, ev_q, ev_len, nbins
 
 
-def _sorted_runs(arr: np.ndarray, L: int):
-    """Stable sort on (length desc, index asc) -- L - length as uint16 gets numpy's O(n) radix
-    sort -- and the runs of equal length: (order, vals, counts, run_starts)."""
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+
+def _sorted_runs(lengths, seq_len):
+    """Validated input, stably sorted on (length desc, index asc) -- L - length as uint16 gets
+    numpy's O(n) radix sort -- and its runs of equal length: (L, order, vals, counts, run_starts),
+    or None for no items."""
+    L = _check_seq_len(seq_len)
+    arr = _as_lengths(lengths, L)
+    if arr.size == 0:
+        return None
     key = L - arr
     if L <= 1 << 16:
         key = key.astype(np.uint16)
@@ -551,17 +560,16 @@ def _sorted_runs(arr: np.ndarray, L: int):
     sl = arr[order]
     run_starts = np.concatenate((np.zeros(1, dtype=np.int64), np.flatnonzero(sl[1:] != sl[:-1]) + 1))
     run_counts = np.diff(np.append(run_starts, arr.size))
-    return order, sl[run_starts].tolist(), run_counts.tolist(), run_starts
+    return L, order, sl[run_starts].tolist(), run_counts.tolist(), run_starts
 
 
 def bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Plain best-fit-decreasing in CSR form: exactly :func:`reference_bfd`'s packing, batched."""
-    L = _check_seq_len(seq_len)
-    arr = _as_lengths(lengths, L)
-    n = arr.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    order, vals, counts, _ = _sorted_runs(arr, L)
+    runs = _sorted_runs(lengths, seq_len)
+    if runs is None:
+        return _empty()
+    L, order, vals, counts, _ = runs
+    n = order.size
     seg_bin_l, ev_q_l, ev_m_l, nbins = _bfd_runs(vals, counts, L, int(vals[-1]))
 
     seg_bin = np.asarray(seg_bin_l, dtype=np.int64)
@@ -580,16 +588,13 @@ def bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple[np.ndarr
     return items, offsets
 
 
-
-
 def reserving_bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Best-fit-decreasing with exact-pair reservations (see the module docstring), CSR form."""
-    L = _check_seq_len(seq_len)
-    arr = _as_lengths(lengths, L)
-    n = arr.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    order, vals, counts, run_starts = _sorted_runs(arr, L)
+    runs = _sorted_runs(lengths, seq_len)
+    if runs is None:
+        return _empty()
+    L, order, vals, counts, run_starts = runs
+    n = order.size
     ev_bins, ev_q, ev_len, nbins = _reserving_runs(vals, counts, L, int(vals[-1]))
     # the items of one length are handed out in index order, placement by placement
     next_item = dict(zip(vals, run_starts.tolist()))
