@@ -57,8 +57,8 @@ class DocumentStep(beam.DoFn):
     """Base of the per-document stages. Subclasses implement `step(doc)`, yielding the kept document,
     or a `drop(...)`, plus any `count(...)`. The base tallies each bundle's `in`, `out`,
     `dropped/<reason>` and counters and emits them once in finish_bundle: the accounting costs a dict
-    increment per document instead of extra elements through Beam (a Count per stage boundary cost
-    about a tenth of extraction). Bundle outputs commit together, so a retried bundle counts once."""
+    increment per document instead of a counting combiner per stage boundary. Bundle outputs commit
+    together, so a retried bundle counts once."""
 
     def start_bundle(self):
         self._tally = Counter()
@@ -160,9 +160,7 @@ class ReadStage:
 class PerDocumentStage:
     """A stage that is one DoFn over documents, configured by its own config section."""
 
-    schema, needs_input = io.DOC_SCHEMA, True
-
-    counts_itself = True
+    schema, needs_input, counts_itself = io.DOC_SCHEMA, True, True
 
     def __init__(self, name: str, dofn, starts_group: bool):
         self.name, self.dofn, self.starts_group = name, dofn, starts_group
