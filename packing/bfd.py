@@ -7,8 +7,10 @@ new sequence only when none fits. This is the packing of Ding et al. 2024, "Fewe
 Truncations Improve Language Modeling" (ICML 2024, arXiv:2404.10830), who make it
 O(N log L) with a segment tree indexed by remaining capacity, L = ``seq_len``.
 
-``pack_lengths`` / ``pack_lengths_csr`` (what the pipeline uses) run two packers and keep the one
-with fewer sequences (plain BFD on ties), so they are never worse than BFD:
+``pack_lengths`` / ``pack_lengths_csr`` (what the pipeline uses) try plain BFD, then BFD with
+exact-pair reservations with and without remainder reservations, stop at the first packing that
+reaches the lower bound ceil(total / L) and otherwise keep the one with fewest sequences, so they
+are never worse than BFD:
 
 ``bfd_csr``
     Plain BFD, batched (below); exactly the packing of ``reference_bfd``.
@@ -19,10 +21,11 @@ with fewer sequences (plain BFD on ties), so they are never worse than BFD:
     has 1,731 distinct lengths: plain BFD leaves 20-30% of 4K sequences 1-7 tokens short, padding
     1.6e-4). There, instead of taking such a sequence, the run moves on and the sequence is
     reserved for the most plentiful pair of shorter unreserved chunks that fills it exactly; the
-    pair's runs fill it when they come. Same batching and data structures as plain BFD, one numpy
-    pass over candidate pairs per reservation event; about as fast as plain BFD. Measured on the
-    benchmark's 1M-document resample: padding 6.6e-5 / 4.2e-5 / 3.3e-5 at 4K / 8K / 64K (plain BFD
-    1.6e-4 / 1.2e-4 / 3.3e-5).
+    pair's runs fill it when they come. With ``settle_remainders`` the same is done for sequences
+    a run has just left with such a remainder (e.g. fresh sequences of q equal chunks). Same
+    batching and data structures as plain BFD, one numpy pass over candidate pairs per
+    reservation event; about as fast as plain BFD. Which variant packs tighter depends on the
+    length distribution (on uniform lengths up to L plain BFD is best), hence the selection.
 
 Plain BFD has two implementations, which return identical packings:
 
@@ -424,7 +427,7 @@ class _Capacities:
         return (i << 6) + (y & -y).bit_length() - 1
 
 
-def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
+def _reserving_runs(vals: list, counts: list, L: int, min_len: int, settle_remainders: bool):
     """Batched BFD with exact-pair reservations. Returns placement events (bins, items per bin,
     length) in placement order, and the number of bins.
 
@@ -432,8 +435,10 @@ def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
     and leave a remainder r that no later item fills exactly (r below the shortest length, or no
     unreserved item of length r is left). Those bins are instead reserved for a pair of shorter
     unreserved items p + p2 = c (the most plentiful such pair first), which get them when their
-    runs come; s moves on to the next capacity. Items of one length are interchangeable, so a
-    reservation is a count per length until the run is processed."""
+    runs come; s moves on to the next capacity. With `settle_remainders`, bins that a run leaves
+    with such a remainder (more of them than unreserved items of exactly that length) are reserved
+    for exact pairs too. Items of one length are interchangeable, so a reservation is a count per
+    length until the run is processed."""
     cap = _Capacities(L)
     buckets: list = [None] * (L + 1)
     free = np.zeros(L + 1, dtype=np.int64)  # unprocessed, unreserved items per length
@@ -466,6 +471,37 @@ def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
         ev_q.append(q)
         ev_len.append(s)
 
+    def pairs(c: int, s: int, n: int):
+        """Reserve up to n exact pairs p + p2 = c of unreserved lengths below s, the most plentiful
+        pair first; yields (p, p2, how many)."""
+        p = np.arange(max(1, c - s + 1), c // 2 + 1)  # p <= p2 = c - p < s
+        p2 = c - p
+        avail = np.minimum(free[p], np.where(p == p2, free[p2] // 2, free[p2]))
+        ok = np.flatnonzero(avail > 0)
+        for o in ok[np.argsort(-avail[ok], kind="stable")].tolist():
+            a, b2 = int(p[o]), int(p2[o])
+            t = min(n, int(free[a]) // 2 if a == b2 else min(int(free[a]), int(free[b2])))
+            if t > 0:
+                free[a] -= t
+                free[b2] -= t
+                n -= t
+                yield a, b2, t
+                if not n:
+                    return
+
+    def settle(bins: list, rem: int, s: int) -> None:
+        """Bins left with `rem` free after items of length s: more of them than unreserved items of
+        exactly `rem` are reserved for exact pairs where possible; the rest wait in bucket rem."""
+        short = len(bins) - int(free[rem]) if settle_remainders and rem < s else 0
+        if short > 0 and rem >= 2 * min_len:
+            i = 0
+            for a, b2, t in pairs(rem, s, short):
+                waiting.setdefault(b2, []).extend((b, a) for b in bins[i : i + t])
+                i += t
+            bins = bins[i:]
+        if bins:
+            push(bins, rem)
+
     for s, k in zip(vals, counts):
         free[s] = 0
         held = waiting.pop(s, None)
@@ -489,41 +525,29 @@ def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
             q = c // s
             rem = c - q * s
             if q == 1 and rem and (rem < min_len or not free[rem]):
-                p = np.arange(max(1, c - s + 1), c // 2 + 1)  # p <= p2 = c - p < s
-                p2 = c - p
-                pairs = np.minimum(free[p], np.where(p == p2, free[p2] // 2, free[p2]))
-                ok = np.flatnonzero(pairs > 0)
-                need = n
-                for o in ok[np.argsort(-pairs[ok], kind="stable")].tolist():
-                    a, b2 = int(p[o]), int(p2[o])
-                    t = min(need, int(free[a]) // 2 if a == b2 else min(int(free[a]), int(free[b2])))
-                    if t <= 0:
-                        continue
-                    free[a] -= t
-                    free[b2] -= t
+                reserved = 0
+                for a, b2, t in pairs(c, s, n):
                     waiting.setdefault(b2, []).extend((b, a) for b in pop(c, t))
-                    need -= t
-                    if not need:
-                        break
-                if need < n:
+                    reserved += t
+                if reserved:
                     continue  # capacity c has fewer (or no) bins now: look again
             full = k // q
             if full >= n:
                 moved = pop(c, n)
                 place(moved, q, s)
-                push(moved, rem)
+                settle(moved, rem, s)
                 k -= n * q
                 x = c + 1
                 continue
             if full:
                 moved = pop(c, full)
                 place(moved, q, s)
-                push(moved, rem)
+                settle(moved, rem, s)
             r = k - full * q
             if r:
                 moved = pop(c, 1)
                 place(moved, r, s)
-                push(moved, c - r * s)
+                settle(moved, c - r * s, s)
             k = 0
         if k:  # fresh bins, L // s items each
             q = L // s
@@ -532,11 +556,11 @@ def _reserving_runs(vals: list, counts: list, L: int, min_len: int):
                 moved = list(range(nbins, nbins + full))
                 nbins += full
                 place(moved, q, s)
-                push(moved, L - q * s)
+                settle(moved, L - q * s, s)
             r = k - full * q
             if r:
                 place([nbins], r, s)
-                push([nbins], L - r * s)
+                settle([nbins], L - r * s, s)
                 nbins += 1
     return ev_bins, ev_q, ev_len, nbins
 
@@ -588,14 +612,15 @@ def bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple[np.ndarr
     return items, offsets
 
 
-def reserving_bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+def reserving_bfd_csr(lengths: Sequence[int] | np.ndarray, seq_len: int,
+                      settle_remainders: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Best-fit-decreasing with exact-pair reservations (see the module docstring), CSR form."""
     runs = _sorted_runs(lengths, seq_len)
     if runs is None:
         return _empty()
     L, order, vals, counts, run_starts = runs
     n = order.size
-    ev_bins, ev_q, ev_len, nbins = _reserving_runs(vals, counts, L, int(vals[-1]))
+    ev_bins, ev_q, ev_len, nbins = _reserving_runs(vals, counts, L, int(vals[-1]), settle_remainders)
     # the items of one length are handed out in index order, placement by placement
     next_item = dict(zip(vals, run_starts.tolist()))
     bin_of_sorted = np.empty(n, dtype=np.int64)
@@ -615,14 +640,21 @@ def pack_lengths_csr(lengths: Sequence[int] | np.ndarray, seq_len: int) -> tuple
 
     Returns ``(items, offsets)``: int64 arrays such that sequence ``b`` holds the indices
     ``items[offsets[b]:offsets[b + 1]]`` into ``lengths``. ``len(offsets) == num_seqs + 1``.
-    Runs :func:`bfd_csr` and :func:`reserving_bfd_csr` and keeps the packing with fewer
-    sequences (plain BFD on ties), so it is never worse than best-fit-decreasing.
+    Tries plain BFD, then the reserving packer with and without remainder reservations, stops
+    at the first that reaches the lower bound ceil(total / seq_len) and otherwise keeps the one
+    with fewest sequences (the earlier on ties): never worse than best-fit-decreasing.
     """
-    plain = bfd_csr(lengths, seq_len)
-    if plain[1].size <= 2:
-        return plain
-    reserving = reserving_bfd_csr(lengths, seq_len)
-    return reserving if reserving[1].size < plain[1].size else plain
+    best = bfd_csr(lengths, seq_len)
+    if best[1].size <= 2:
+        return best
+    lower = -(-int(np.asarray(lengths, dtype=np.int64).sum()) // int(seq_len))
+    for settle_remainders in (True, False):
+        if best[1].size - 1 <= lower:
+            break
+        packed = reserving_bfd_csr(lengths, seq_len, settle_remainders)
+        if packed[1].size < best[1].size:
+            best = packed
+    return best
 
 
 def pack_lengths(lengths: Sequence[int] | np.ndarray, seq_len: int) -> list[list[int]]:
