@@ -56,9 +56,9 @@ Plain BFD has two implementations, which return identical packings:
     O(N log L), with a smaller constant (~3x faster than ``reference_bfd`` there).
 
 Measured (benchmarks/packing.py, 1M documents resampled from the real web-text lengths,
-2-core shared VM): ``pack_lengths`` (both packers) 3.6 / 5.1 / 8.2 M chunks/s at 4K / 8K / 64K vs
-``reference_bfd`` 0.4 / 0.3 / 0.2 M chunks/s (Ding et al. report ~9e4 docs/s for their
-pure-Python packer), i.e. 8x / 16x / 40x.
+2-core shared VM): ``pack_lengths`` (all packers it tries) 2.5 / 5.0 / 17.9 M chunks/s at 4K / 8K /
+64K vs ``reference_bfd`` 0.42 / 0.31 / 0.20 M chunks/s (Ding et al. report ~9e4 docs/s for their
+pure-Python packer), i.e. 5.9x / 16x / 89x; padding 2.8e-5 / 1.4e-6 / 3.3e-5.
 
 Determinism: items are ordered by a stable sort on (length descending, index ascending);
 among bins with equal remaining capacity the one that reached that capacity most recently
