@@ -10,9 +10,11 @@ Token record (one per document): {"id", "n_tokens", "ids": uint32 LE bytes of to
 PackAndWrite, per phase:
  1. total tokens (Combine) -> n_groups = max(1, total // min_group_tokens); chunk (doc id, index)
     goes to group xxh64(seed, chunk id) % n_groups. min_group_tokens defaults to ceil(2 / target) *
-    seq_len: BFD ends a group at ceil(T / L) or ceil(T / L) + 1 sequences (tests/test_bfd.py), so
-    padding < 2 L / T <= target. Each group holds about min_group_tokens..2x that many tokens.
- 2. GroupByKey(group) -> best-fit-decreasing (packing/bfd.py) over the group's *lengths only*,
+    seq_len: the packer ends a group at ceil(T / L) or ceil(T / L) + 1 sequences (tests/test_bfd.py;
+    benchmarks/packing.py "pipeline_groups"), so padding < 2 L / T <= target. Each group holds about
+    min_group_tokens..2x that many tokens.
+ 2. GroupByKey(group) -> `pack_lengths_csr` (packing/bfd.py: best-fit-decreasing, with exact-pair
+    reservations where they pack tighter) over the group's *lengths only*,
     items sorted by chunk id first so that arrival order cannot matter. Memory per group: a few
     hundred bytes per chunk (its id and length as Python objects); measured: a 64K group of 1.31 B
     tokens (0.71 M web-text-like chunks) packs in 0.6 s within ~0.4 GB, padding 5.0e-5.
