@@ -5,11 +5,12 @@
 Prints one JSON object:
   bare:   docs/s of a single-process loop (fastwarc ArchiveIterator -> HTTP 200 HTML -> resiliparse
           charset detection + main-content extraction), the floor any pipeline pays;
-  branch: docs/s of our read+extract stages (the same work plus reason-coded accounting, Parquet
-          stage outputs and Beam), wall time including pipeline start-up, with N local workers;
-  full:   docs/s through every text stage (language ID, quality rules, synthetic-text scorers,
-          exact and near dedup, write);
-  ratio_per_core = (branch docs/s / workers) / bare docs/s, for 1 worker and for N. Target >= 0.8.
+  read_extract_<W>w: our read+extract stages (the same work plus reason-coded accounting, Parquet
+          stage outputs and Beam) with W local workers, W = 1 and N: docs_per_s end to end
+          (wall time including pipeline start-up), steady_docs_per_s, startup_s, and
+          ratio_per_core / steady_ratio_per_core = (docs/s / W) / bare docs/s. Target >= 0.8;
+  full_text_branch_<N>w: docs/s through every text stage (language ID, quality rules,
+          synthetic-text scorers, exact and near dedup, write).
 The input is the WARC listed K times (distinct inputs to Beam, same bytes). Each pipeline is also run
 on K/4 copies: the difference between the two runs gives the steady-state rate (what a worker sustains
 on a production-sized shard) and the fixed start-up cost (pipeline construction, worker processes),
