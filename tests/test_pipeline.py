@@ -186,3 +186,48 @@ def test_score_command_adds_every_score(tmp_path, capsys):
     assert first["lang"] == "en" and 0 <= first["llm_generated"] <= 1 and 0 <= first["poor_mt"] <= 1
     assert first["quality"]["gopher_word_count"] == 18 and "gopher_too_few_words" in first["quality_failed"]
     assert second == {"id": 7, "error": "no text field"}
+
+
+def test_document_step_tallies_one_fate_per_document():
+    """A per-document stage reports in / out / dropped/<reason> and its own counters once per bundle,
+    from what it actually emitted; a step that emits two fates for one document breaks the identity."""
+    import apache_beam as beam
+
+    from pipelines.run import StageInvariantError, check_identity
+    from pipelines.stages import COUNTERS, DocumentStep, count, drop
+
+    class KeepEven(DocumentStep):
+        def step(self, doc):
+            yield count("seen")
+            if doc["n"] % 2:
+                yield drop(doc, "test", "odd")
+            else:
+                yield doc
+
+    class Twice(DocumentStep):
+        def step(self, doc):
+            yield doc
+            yield doc
+
+    def tally(step, docs):
+        step.start_bundle()
+        emitted = [o for d in docs for o in step.process(d)]
+        final = [o.value.value for o in step.finish_bundle()]
+        assert all(getattr(o, "tag", None) != COUNTERS for o in emitted)  # counters only at bundle end
+        stats = {"in": 0, "out": 0, "dropped": {}}
+        for key, n in final:
+            if key in ("in", "out"):
+                stats[key] = n
+            elif key.startswith("dropped/"):
+                stats["dropped"][key[8:]] = n
+        return emitted, dict(final), stats
+
+    docs = [{"id": str(i), "n": i, "text": "x"} for i in range(5)]
+    emitted, final, stats = tally(KeepEven(), docs)
+    assert len([o for o in emitted if isinstance(o, dict)]) == 3
+    assert len([o for o in emitted if isinstance(o, beam.pvalue.TaggedOutput)]) == 2
+    assert final == {"in": 5, "out": 3, "dropped/odd": 2, "seen": 5}
+    check_identity("keep_even", stats)
+    _, _, stats = tally(Twice(), docs)
+    with pytest.raises(StageInvariantError):
+        check_identity("twice", stats)
