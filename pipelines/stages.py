@@ -58,12 +58,33 @@ class DocumentStep(beam.DoFn):
     or a `drop(...)`, plus any `count(...)`. The base tallies each bundle's `in`, `out`,
     `dropped/<reason>` and counters and emits them once in finish_bundle: the accounting costs a dict
     increment per document instead of a counting combiner per stage boundary. Bundle outputs commit
-    together, so a retried bundle counts once."""
+    together, so a retried bundle counts once.
+
+    With `batch` > 1 documents are buffered and stepped `batch` at a time, back to back (for steps
+    whose native code runs faster when nothing else runs in between, see ExtractText). Buffered
+    documents are emitted from a later element or from finish_bundle, in the global window: the
+    pipeline is batch."""
+
+    batch = 1
 
     def start_bundle(self):
         self._tally = Counter()
+        self._buffer = []
 
     def process(self, doc):
+        if self.batch <= 1:
+            yield from self._step_counted(doc)
+            return
+        self._buffer.append(doc)
+        if len(self._buffer) >= self.batch:
+            yield from self._drain()
+
+    def _drain(self):
+        buffer, self._buffer = self._buffer, []
+        for doc in buffer:
+            yield from self._step_counted(doc)
+
+    def _step_counted(self, doc):
         tally = self._tally
         tally["in"] += 1
         for out in self.step(doc):
@@ -77,6 +98,11 @@ class DocumentStep(beam.DoFn):
             yield out
 
     def finish_bundle(self):
+        for out in self._drain():
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                yield _final(out.tag, out.value)
+            else:
+                yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
         for key, n in self._tally.items():
             yield _final(COUNTERS, (key, n))
 
@@ -173,8 +199,13 @@ class PerDocumentStage:
 
 # ------------------------------------------------------------------------------------------ extract
 class ExtractText(DocumentStep):
+    """Charset decoding and main-content extraction. Documents are extracted `batch_docs` at a time,
+    back to back: with reading and Beam's own work in between every document, the same extraction
+    ran ~10% slower (the extractor's code and tables fall out of the CPU caches)."""
+
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self.batch = cfg["batch_docs"]
 
     def step(self, raw):
         from extract.html import ExtractionError, decode_html, extract_main_text

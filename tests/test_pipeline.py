@@ -231,3 +231,37 @@ def test_document_step_tallies_one_fate_per_document():
     _, _, stats = tally(Twice(), docs)
     with pytest.raises(StageInvariantError):
         check_identity("twice", stats)
+
+
+def test_batched_document_step_emits_the_same_documents_and_tallies():
+    """With `batch` > 1 documents are stepped in groups; what comes out (in order, kept and dropped)
+    and the tallies are those of stepping one by one; the rest is flushed in finish_bundle."""
+    import apache_beam as beam
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from pipelines.stages import DocumentStep, drop
+
+    class KeepEven(DocumentStep):
+        def step(self, doc):
+            yield drop(doc, "test", "odd") if doc["n"] % 2 else doc
+
+    def run(batch):
+        step = KeepEven()
+        step.batch = batch
+        step.start_bundle()
+        during = [o for n in range(7) for o in step.process({"id": str(n), "n": n, "text": "x"})]
+        after = list(step.finish_bundle())
+        unwrap = []
+        for o in during + after:
+            if isinstance(o, beam.pvalue.TaggedOutput):
+                value = o.value.value if isinstance(o.value, WindowedValue) else o.value
+                unwrap.append((o.tag, value if o.tag == "counters" else value["id"]))
+            else:
+                unwrap.append(("docs", (o.value if isinstance(o, WindowedValue) else o)["id"]))
+        documents = [u for u in unwrap if u[0] != "counters"]  # in emission order
+        return len(during), documents, sorted(u[1] for u in unwrap if u[0] == "counters")
+
+    one_by_one, batched = run(1), run(3)
+    assert batched[1:] == one_by_one[1:]
+    assert one_by_one[2] == [("dropped/odd", 3), ("in", 7), ("out", 4)]
+    assert one_by_one[0] == 7 and batched[0] == 6  # the 7th document waits for finish_bundle
