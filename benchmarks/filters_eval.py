@@ -56,17 +56,20 @@ def _fig(y, s, thr) -> dict:
     return {"roc_auc": round(T.roc_auc(y, s), 4), **T.pr_at(y, s, thr)}
 
 
+def _scored(items, scorer, key, rng, *fields):
+    """Scores of each item's text (page-noised unless it is a raw page) under `key`, then one array
+    per named field ("" where an item lacks it)."""
+    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
+    scores = np.array([scorer.score(p, it["lang"])[key] for p, it in zip(pages, items)])
+    return (scores, *(np.array([it.get(f, "") for it in items]) for f in fields))
+
+
 def heldout(scorer, data_dir, thr, seed=0) -> dict:
     out = {}
     rng = random.Random(seed + 7)
     # ---- llm_generated
     items = [it for it in T.load_data("llm", data_dir, seed) if it["split"].startswith("test") and it["label"] in (0, 1)]
-    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
-    s = np.array([scorer.score(p, it["lang"])["llm_generated"] for p, it in zip(pages, items)])
-    y = np.array([it["label"] for it in items])
-    split = np.array([it["split"] for it in items])
-    system = np.array([it["system"] for it in items])
-    source = np.array([it["source"] for it in items])
+    s, y, split, system, source = _scored(items, scorer, "llm_generated", rng, "label", "split", "system", "source")
     t = thr["llm_generated"]
     main = split == "test"
     res = {"threshold": t, "held_out_generators": list(T.LLM_TEST_GENERATORS),
@@ -84,13 +87,7 @@ def heldout(scorer, data_dir, thr, seed=0) -> dict:
     out["llm_generated"] = res
     # ---- poor_mt
     items = [it for it in T.load_data("mt", data_dir, seed) if it["split"] == "test"]
-    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
-    s = np.array([scorer.score(p, it["lang"])["poor_mt"] for p, it in zip(pages, items)])
-    y = np.array([it["label"] for it in items])
-    system = np.array([it["system"] for it in items])
-    source = np.array([it["source"] for it in items])
-    lang = np.array([it["lang"] for it in items])
-    kind = np.array([it.get("kind", "") for it in items])
+    s, y, system, source, lang, kind = _scored(items, scorer, "poor_mt", rng, "label", "system", "source", "lang", "kind")
     t = thr["poor_mt"]
     lab = y >= 0
     res = {"threshold": t, "held_out_systems": T.MT_TEST_SYSTEMS, "held_out_ted_talks": list(T.TED_TEST_TALKS),
