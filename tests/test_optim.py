@@ -94,6 +94,29 @@ def test_sinkhorn_balance_masks_quiet_rows_and_gives_unit_row_rms():
     torch.testing.assert_close(row_rms[torch.arange(16) != 5], torch.ones(15))
 
 
+def spec_sinkhorn(N: torch.Tensor, iters: int = 11, tau: float = 1e-3, eps: float = 1e-20) -> torch.Tensor:
+    """SPEC.md §2's iteration written out literally, in float64."""
+    U = N.double().clone()
+    rho = U.norm(dim=1)
+    U[rho <= tau * rho.mean()] = 0
+    for step in range(1, iters + 1):
+        dim = 1 if step % 2 == 1 else 0
+        U = U / (U.norm(dim=dim, keepdim=True) + eps)
+    return math.sqrt(N.size(1)) * U
+
+
+@pytest.mark.parametrize("magnitude", [1e-15, 1e-6, 1.0, 1e12])
+def test_sinkhorn_balance_equals_the_literal_spec_iteration(magnitude):
+    generator = torch.Generator().manual_seed(9)
+    N = torch.randn(300, 48, generator=generator) * torch.rand(300, 1, generator=generator).pow(4)  # spread rows
+    N[::7] *= 1e-5  # below τ·mean: masked
+    N[:, 5] = 0  # a feature with no gradient: its column stays zero
+    N = N * magnitude
+    delta, expected = sinkhorn_balance(N), spec_sinkhorn(N)
+    assert delta.dtype == torch.float32 and torch.isfinite(delta).all()
+    torch.testing.assert_close(delta.double(), expected, atol=2e-5, rtol=2e-5)
+
+
 def test_sinkhorn_optimizer_step_is_the_spec_formula():
     generator = torch.Generator().manual_seed(4)
     W0 = torch.randn(12, 6, generator=generator)
