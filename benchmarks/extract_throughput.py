@@ -5,10 +5,13 @@
 Prints one JSON object:
   bare:   docs/s of a single-process loop (fastwarc ArchiveIterator -> HTTP 200 HTML -> resiliparse
           charset detection + main-content extraction), the floor any pipeline pays;
+  bare_parallel_<N>p: the same loop in N processes at once over shares of the copies (per_core_vs_bare:
+          how much of the single-process rate each core keeps when all N are busy);
   read_extract_<W>w: our read+extract stages (the same work plus reason-coded accounting, Parquet
           stage outputs and Beam) with W local workers, W = 1 and N: docs_per_s end to end
           (wall time including pipeline start-up), steady_docs_per_s, startup_s, and
           ratio_per_core / steady_ratio_per_core = (docs/s / W) / bare docs/s. Target >= 0.8;
+          for W = N also ratio_vs_bare_parallel / steady_ratio_vs_bare_parallel = docs/s / bare_parallel docs/s;
   full_text_branch_<N>w: docs/s through every text stage (language ID, quality rules,
           synthetic-text scorers, exact and near dedup, write).
 The input is the WARC listed K times (distinct inputs to Beam, same bytes). Each pipeline is also run
@@ -49,6 +52,23 @@ def bare_loop(path: str, repeat: int) -> tuple[int, float]:
                 extract_plain_text(html, main_content=True)
                 docs += 1
     return docs, time.perf_counter() - started
+
+
+def _bare_share(args: tuple[str, int]) -> int:
+    return bare_loop(*args)[0]
+
+
+def bare_parallel(path: str, repeat: int, processes: int) -> tuple[int, float]:
+    """The bare loop in `processes` processes at once, each over its share of the copies: what the
+    same cores give a plain script when all of them work, the per-core floor of a multi-worker run."""
+    import multiprocessing
+
+    shares = [repeat // processes + (i < repeat % processes) for i in range(processes)]
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        pool.map(_bare_share, [(path, 1)] * processes)  # warm: forked, modules imported, file cached
+        started = time.perf_counter()
+        docs = sum(pool.map(_bare_share, [(path, n) for n in shares], chunksize=1))
+        return docs, time.perf_counter() - started
 
 
 def pipeline(path: str, repeat: int, workers: int, stages: list[str]) -> dict:
@@ -99,19 +119,31 @@ def main():
     import logging
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    bare_runs, results = [bare_loop(args.warc, args.repeat)], {}
+    bare_runs, parallel_runs, results = [bare_loop(args.warc, args.repeat)], [], {}
     for workers in sorted({1, args.workers}):
         results[workers] = branch_rates(args.warc, args.repeat, workers, args.tries)
         bare_runs.append(bare_loop(args.warc, args.repeat))
+        if args.workers > 1:
+            parallel_runs.append(bare_parallel(args.warc, args.repeat, args.workers))
     bare_docs, bare_s = min(bare_runs, key=lambda r: r[1])
     bare_rate = bare_docs / bare_s
     result = {"input": args.warc, "repeat": args.repeat, "cpu_count": os.cpu_count(),
               "bare": {"docs": bare_docs, "wall_s": round(bare_s, 2), "docs_per_s": round(bare_rate, 1),
                        "all_wall_s": [round(s, 2) for _, s in bare_runs]},
               "target_ratio_per_core": 0.8}
+    if parallel_runs:
+        docs, seconds = min(parallel_runs, key=lambda r: r[1])
+        result[f"bare_parallel_{args.workers}p"] = {
+            "docs": docs, "wall_s": round(seconds, 2), "docs_per_s": round(docs / seconds, 1),
+            "per_core_vs_bare": round(docs / seconds / args.workers / bare_rate, 3),
+            "all_wall_s": [round(s, 2) for _, s in parallel_runs]}
     for workers, branch in results.items():  # ratios against the best bare pass of the whole run
         branch["ratio_per_core"] = round(branch["docs_per_s"] / workers / bare_rate, 3)
         branch["steady_ratio_per_core"] = round(branch["steady_docs_per_s"] / workers / bare_rate, 3)
+        if workers > 1 and parallel_runs:  # against the bare loop on as many cores, all busy
+            parallel_rate = result[f"bare_parallel_{workers}p"]["docs_per_s"]
+            branch["ratio_vs_bare_parallel"] = round(branch["docs_per_s"] / parallel_rate, 3)
+            branch["steady_ratio_vs_bare_parallel"] = round(branch["steady_docs_per_s"] / parallel_rate, 3)
         result[f"read_extract_{workers}w"] = branch
     if not args.skip_full:
         full = pipeline(args.warc, args.repeat, args.workers,
