@@ -1,6 +1,6 @@
 """Text-branch throughput against a bare fastwarc + resiliparse loop over the same WARC, same run.
 
-    python benchmarks/extract_throughput.py [--warc PATH] [--repeat K] [--workers N]
+    python benchmarks/extract_throughput.py [--warc PATH] [--repeat K] [--workers N] [--no-single]
 
 Prints one JSON object:
   bare:   docs/s of a single-process loop (fastwarc ArchiveIterator -> HTTP 200 HTML -> resiliparse
@@ -114,13 +114,14 @@ def main():
     ap.add_argument("--repeat", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tries", type=int, default=2, help="best of this many pipeline runs per size")
+    ap.add_argument("--no-single", action="store_true", help="measure N workers only, not also 1 (long inputs)")
     ap.add_argument("--skip-full", action="store_true", help="skip the whole-text-branch run")
     args = ap.parse_args()
     import logging
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     bare_runs, parallel_runs, results = [bare_loop(args.warc, args.repeat)], [], {}
-    for workers in sorted({1, args.workers}):
+    for workers in sorted({args.workers} if args.no_single else {1, args.workers}):
         results[workers] = branch_rates(args.warc, args.repeat, workers, args.tries)
         bare_runs.append(bare_loop(args.warc, args.repeat))
         if args.workers > 1:
