@@ -114,6 +114,29 @@ def heldout(scorer, data_dir, thr, seed=0) -> dict:
     return out
 
 
+def heldout_lm(lm, data_dir, max_chars: int, seed=0) -> dict:
+    """ROC-AUC of Fast-DetectGPT's discrepancy (filters/lm_detect.py) on the same held-out llm items
+    and page noise as the fastText scorer (no threshold: the discrepancy has none shipped)."""
+    from filters.lm_detect import document_sample
+
+    rng = random.Random(seed + 7)
+    items = [it for it in T.load_data("llm", data_dir, seed) if it["split"].startswith("test") and it["label"] in (0, 1)]
+    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
+    scores = lm.score([document_sample(p, max_chars) for p in pages])
+    rows = [(it, s) for it, s in zip(items, scores) if s is not None]
+
+    def auc(keep) -> float:
+        sub = [(it["label"], s) for it, s in rows if keep(it)]
+        return round(T.roc_auc([y for y, _ in sub], [s for _, s in sub]), 4)
+
+    res = {"model": lm.model_name, "unscored_items": len(items) - len(rows),
+           "all_heldout_roc_auc": auc(lambda it: it["split"] == "test"),
+           "unseen_source_asap_chatgpt_roc_auc": auc(lambda it: it["split"] == "test_asap")}
+    for g in T.LLM_TEST_GENERATORS:
+        res[f"generator={g}_roc_auc"] = auc(lambda it, g=g: it["split"] == "test" and (it["label"] == 0 or it["system"] == g))
+    return res
+
+
 def throughput(scorer, data_dir, n=2000, seed=0) -> dict:
     items = [it for it in T.load_fast_detect_gpt(data_dir)]
     rng = random.Random(seed)
@@ -218,11 +241,18 @@ def main():
     ap.add_argument("--llm-model", default=None)
     ap.add_argument("--mt-model", default=None)
     ap.add_argument("--throughput-docs", type=int, default=2000)
+    ap.add_argument("--lm-model", default=None, help="a transformers causal LM: also report Fast-DetectGPT's AUC")
+    ap.add_argument("--lm-device", default="cpu")
     args = ap.parse_args()
     scorer = SyntheticTextScorer(args.llm_model, args.mt_model).load()
     thr = thresholds(args, scorer)
     report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr),
               "throughput": throughput(scorer, args.data, args.throughput_docs)}
+    if args.lm_model:
+        from filters.lm_detect import SamplingDiscrepancy
+
+        lm = SamplingDiscrepancy(args.lm_model, device=args.lm_device).load()
+        report["heldout"]["llm_lm_discrepancy"] = heldout_lm(lm, args.data, 1500)
     if args.corpus:
         labels = args.labels or args.corpus.replace(".warc.gz", "").replace(".warc", "") + ".labels.jsonl"
         report["corpus"] = corpus(scorer, args.corpus, labels, args.data, thr)

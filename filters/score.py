@@ -16,12 +16,24 @@ class TextScorer:
         self.lid = LanguageIdentifier(language.get("model"), language.get("max_chars", 2000))
         self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
         self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
+        self.max_chars = synthetic.get("max_chars", 1500)
+        self.lm = None
+        if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
+            from filters.lm_detect import SamplingDiscrepancy
+
+            self.lm = SamplingDiscrepancy(synthetic["lm_model"], synthetic.get("lm_reference_model"),
+                                          synthetic.get("lm_device", "cpu"), synthetic.get("lm_max_tokens", 256)).load()
 
     def __call__(self, text: str) -> dict:
         lang, lang_score = self.lid(text)
         failed, values = self.quality(text, lang)
-        return {"lang": lang, "lang_score": round(lang_score, 6), "quality": values,
-                "quality_failed": failed, **self.synthetic.score(text, lang)}
+        scores = {"lang": lang, "lang_score": round(lang_score, 6), "quality": values,
+                  "quality_failed": failed, **self.synthetic.score(text, lang)}
+        if self.lm is not None:
+            from filters.lm_detect import document_sample
+
+            scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
+        return scores
 
 
 def score_jsonl(input_path: str, output_path: str, scorer: TextScorer) -> int:

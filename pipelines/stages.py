@@ -81,6 +81,7 @@ class DocumentStep(beam.DoFn):
 
     def _drain(self):
         buffer, self._buffer = self._buffer, []
+        self.prepare(buffer)
         for doc in buffer:
             yield from self._step_counted(doc)
 
@@ -105,6 +106,9 @@ class DocumentStep(beam.DoFn):
                 yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
         for key, n in self._tally.items():
             yield _final(COUNTERS, (key, n))
+
+    def prepare(self, docs: list[dict]) -> None:
+        """Called with each batch before its documents are stepped (batched model calls)."""
 
     def step(self, doc):
         raise NotImplementedError
@@ -297,11 +301,16 @@ class ApplyQualityRules(DocumentStep):
 class ScoreSyntheticText(DocumentStep):
     """Weak-LLM output and poor machine translation: implicit repetition (DeepSeek-V4.1 data step).
     Both probabilities are stored on every document; drops use the configured (or shipped) thresholds
-    and only languages a model was trained on."""
+    and only languages a model was trained on. With `lm_model` set, Fast-DetectGPT's sampling
+    discrepancy (filters/lm_detect.py) is computed too, `lm_batch` documents per model call, stored as
+    `llm_lm_discrepancy`, and with `lm_discrepancy_threshold` set it drops as `llm_generated`."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self.scorer = self.thresholds = None
+        self.scorer = self.thresholds = self.lm = None
+        self.discrepancies = {}
+        if cfg.get("lm_model"):
+            self.batch = cfg["lm_batch"]
 
     def setup(self):
         from filters.synthetic import SyntheticTextScorer
@@ -310,14 +319,35 @@ class ScoreSyntheticText(DocumentStep):
         shipped = self.scorer.thresholds()
         self.thresholds = {k: self.cfg[f"{k}_threshold"] if self.cfg[f"{k}_threshold"] is not None else v
                            for k, v in shipped.items()}
+        if self.cfg.get("lm_model"):
+            from filters.lm_detect import SamplingDiscrepancy
+
+            self.lm = SamplingDiscrepancy(self.cfg["lm_model"], self.cfg["lm_reference_model"],
+                                          self.cfg["lm_device"], self.cfg["lm_max_tokens"],
+                                          self.cfg["lm_batch"]).load()
+
+    def prepare(self, docs):
+        if self.lm is not None:
+            from filters.lm_detect import document_sample
+
+            samples = [document_sample(doc["text"], self.cfg["max_chars"]) for doc in docs]
+            self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
         scores = self.scorer.score(doc["text"], doc["lang"])
-        doc = with_scores(doc, llm_generated=scores["llm_generated"], poor_mt=scores["poor_mt"])
+        values = {"llm_generated": scores["llm_generated"], "poor_mt": scores["poor_mt"]}
+        discrepancy = self.discrepancies.pop(doc["id"], None)
+        if self.lm is not None:
+            values["llm_lm_discrepancy"] = discrepancy
+        doc = with_scores(doc, **values)
         for name in ("llm_generated", "poor_mt"):
             if scores[f"{name}_supported"] and scores[name] >= self.thresholds[name]:
                 yield drop(doc, "synthetic", name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}")
                 return
+        limit = self.cfg.get("lm_discrepancy_threshold")
+        if discrepancy is not None and limit is not None and discrepancy >= limit:
+            yield drop(doc, "synthetic", "llm_generated", f"lm_discrepancy {discrepancy:.3f}>={limit}")
+            return
         yield doc
 
 
