@@ -3,7 +3,8 @@
 Two same-seed copies of the trainer's model, trainer.model.Transformer (default: 4 layers, d_model
 256, 4 heads, SwiGLU hidden 1024, vocab 8192, untied embedding and head, ~8.4M parameters), one
 stepped by the tiered optimizer, one by torch.optim.AdamW (β = (0.9, 0.95), ε = 1e-20, λ = 0.1;
-torch's default implementation for the device: foreach on CUDA and CPU). Two figures per device,
+torch's default implementation for the device: foreach on CUDA and CPU; on CUDA a third copy with
+fused=True gives train_step.ratio_vs_fused). Two figures per device,
 each the median over --steps steps after --warmup, the two optimizers alternating step by step so
 that drift of the machine's speed hits both alike:
 
@@ -95,6 +96,11 @@ def benchmark(device: torch.device, args, config: ModelConfig) -> dict:
     adamw_model = copy.deepcopy(tiered_model)
     tiered = build_optimizer(tiered_model)
     adamw = torch.optim.AdamW(adamw_model.parameters(), lr=2.6e-4, betas=(0.9, 0.95), eps=1e-20, weight_decay=0.1)
+    fused = None
+    if device.type == "cuda":  # torch's fastest AdamW, as a second baseline of the training step
+        fused_model = copy.deepcopy(tiered_model)
+        fused = (fused_model, torch.optim.AdamW(fused_model.parameters(), lr=2.6e-4, betas=(0.9, 0.95), eps=1e-20,
+                                                weight_decay=0.1, fused=True))
 
     # optimizer.step() alone on fixed gradients
     for model in (tiered_model, adamw_model):
@@ -123,13 +129,16 @@ def benchmark(device: torch.device, args, config: ModelConfig) -> dict:
 
     # a whole training step
     batch = packed_batch(args.batch, args.seq, config.vocab_size, device)
-    train_seconds = {"tiered": [], "adamw": []}
+    train_seconds = {"tiered": [], "adamw": [], "adamw_fused": []}
     for step in range(args.warmup + args.train_steps):
         tiered_s = timed(lambda: train_step(tiered_model, tiered, batch, device), device)
         adamw_s = timed(lambda: train_step(adamw_model, adamw, batch, device), device)
+        fused_s = timed(lambda: train_step(*fused, batch, device), device) if fused else None
         if step >= args.warmup:
             train_seconds["tiered"].append(tiered_s)
             train_seconds["adamw"].append(adamw_s)
+            if fused:
+                train_seconds["adamw_fused"].append(fused_s)
     tokens = args.batch * args.seq
     train = {
         "tokens_per_step": tokens,
@@ -139,6 +148,10 @@ def benchmark(device: torch.device, args, config: ModelConfig) -> dict:
         "tiered_tokens_per_s": round(tokens / statistics.median(train_seconds["tiered"])),
         "adamw_tokens_per_s": round(tokens / statistics.median(train_seconds["adamw"])),
     }
+    if fused:
+        train["adamw_fused_ms"] = medians_ms(train_seconds["adamw_fused"])
+        train["ratio_vs_fused"] = round(statistics.median(train_seconds["tiered"])
+                                        / statistics.median(train_seconds["adamw_fused"]), 3)
     return {
         "optimizer_step": optimizer_step,
         "train_step": train,

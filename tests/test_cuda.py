@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.test_lm_detect import tiny_lm  # noqa: F401 (fixture)
 from tests.test_optim import ill_conditioned, polar_factor, run_steps, spec_sinkhorn
 from trainer.model import ModelConfig, Transformer
 from trainer.optim import KELLER_NS_STEPS, Muon, build_optimizer, hybrid_newton_schulz, sinkhorn_balance
@@ -129,3 +130,15 @@ def test_cuda_training_steps_lower_the_loss():
         losses.append(loss.item())
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     assert losses[-1] < losses[0] - 1.0
+
+
+def test_lm_discrepancy_on_cuda_bf16_matches_cpu(tiny_lm):
+    from filters.lm_detect import SamplingDiscrepancy
+
+    path = tiny_lm
+    texts = ["Rain again this morning, so the market moved indoors.", "The committee met on Tuesday to vote."]
+    cpu = SamplingDiscrepancy(path).load().score(texts)
+    cuda = SamplingDiscrepancy(path, device="cuda").load().score(texts)
+    print(f"discrepancy cpu {cpu}, cuda bf16 {cuda}")
+    for a, b in zip(cpu, cuda):
+        assert abs(a - b) <= 0.05 * abs(a) + 0.1

@@ -104,9 +104,9 @@ def sinkhorn_balance(N: Tensor, iters: int = 11, tau: float = 1e-3, eps: float =
     r = (row_norms > tau * row_norms.mean()).to(U.dtype)  # mask once, before normalizing
     c = torch.ones(U.size(1), dtype=U.dtype, device=U.device)
     for step in range(1, iters + 1):
-        if step % 2 == 1:  # odd: each row's norm
+        if step % 2 == 1:  # odd: each row's norm, sqrt(S c²)
             r = rescaled(r, r * (squares @ c.square()).sqrt())
-        else:  # even: each column's norm
+        else:  # even: each column's norm, sqrt(r²ᵀ S)
             c = rescaled(c, c * (r.square() @ squares).sqrt())
     return (U * (r / scale).unsqueeze(1) * (c * math.sqrt(N.size(1)))).to(N.dtype)
 
@@ -253,16 +253,16 @@ class SinkhornOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta = group["beta"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                momentum_buffer = state["momentum_buffer"]
-                momentum_buffer.lerp_(p.grad, 1 - beta)  # M ← βM + (1−β)G
-                nesterov = p.grad.lerp(momentum_buffer, beta)  # N = βM + (1−β)G
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+            grads = [p.grad for p in params]
+            buffers = [self.state[p]["momentum_buffer"] for p in params]
+            if params:
+                torch._foreach_lerp_(buffers, grads, 1 - group["beta"])  # M ← βM + (1−β)G
+            for p, grad, buffer in zip(params, grads, buffers):
+                nesterov = grad.lerp(buffer, group["beta"])  # N = βM + (1−β)G
                 direction = sinkhorn_balance(nesterov, group["iters"], group["tau"], group["eps"])
                 p.add_(direction, alpha=-group["gamma"] * group["lr"] * group["lr_mult"])
         return loss
