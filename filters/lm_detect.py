@@ -37,6 +37,13 @@ class SamplingDiscrepancy:
         self.device, self.max_tokens, self.batch_size = device, max_tokens, batch_size
         self.model = self.reference = self.tokenizer = None
 
+    @classmethod
+    def from_config(cls, synthetic: dict) -> "SamplingDiscrepancy":
+        """From the pipeline's `synthetic` config section (lm_model, lm_reference_model, lm_device,
+        lm_max_tokens, lm_batch); not loaded yet."""
+        return cls(synthetic["lm_model"], synthetic.get("lm_reference_model"), synthetic.get("lm_device", "cpu"),
+                   synthetic.get("lm_max_tokens", 256), synthetic.get("lm_batch", 16))
+
     def __getstate__(self):
         return {**self.__dict__, "model": None, "reference": None, "tokenizer": None}
 

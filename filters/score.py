@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from filters.language import LanguageIdentifier
+from filters.lm_detect import SamplingDiscrepancy, document_sample
 from filters.quality import QualityConfig, QualityFilter
 from filters.synthetic import SyntheticTextScorer
 
@@ -19,10 +20,7 @@ class TextScorer:
         self.max_chars = synthetic.get("max_chars", 1500)
         self.lm = None
         if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
-            from filters.lm_detect import SamplingDiscrepancy
-
-            self.lm = SamplingDiscrepancy(synthetic["lm_model"], synthetic.get("lm_reference_model"),
-                                          synthetic.get("lm_device", "cpu"), synthetic.get("lm_max_tokens", 256)).load()
+            self.lm = SamplingDiscrepancy.from_config(synthetic).load()
 
     def __call__(self, text: str) -> dict:
         lang, lang_score = self.lid(text)
@@ -30,8 +28,6 @@ class TextScorer:
         scores = {"lang": lang, "lang_score": round(lang_score, 6), "quality": values,
                   "quality_failed": failed, **self.synthetic.score(text, lang)}
         if self.lm is not None:
-            from filters.lm_detect import document_sample
-
             scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
         return scores
 

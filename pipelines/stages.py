@@ -322,9 +322,7 @@ class ScoreSyntheticText(DocumentStep):
         if self.cfg.get("lm_model"):
             from filters.lm_detect import SamplingDiscrepancy
 
-            self.lm = SamplingDiscrepancy(self.cfg["lm_model"], self.cfg["lm_reference_model"],
-                                          self.cfg["lm_device"], self.cfg["lm_max_tokens"],
-                                          self.cfg["lm_batch"]).load()
+            self.lm = SamplingDiscrepancy.from_config(self.cfg).load()
 
     def prepare(self, docs):
         if self.lm is not None:

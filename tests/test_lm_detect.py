@@ -4,6 +4,7 @@ downloaded here), alone and inside the synthetic stage."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,7 +106,7 @@ def test_reference_model_must_share_the_tokenizer(tiny_lm, tmp_path):
     other = AutoTokenizer.from_pretrained(tiny_lm)
     other.add_tokens(["<extra>"])
     other.save_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text((__import__("pathlib").Path(tiny_lm) / "config.json").read_text())
+    (tmp_path / "config.json").write_text((Path(tiny_lm) / "config.json").read_text())
     with pytest.raises(ValueError, match="share one tokenizer"):
         SamplingDiscrepancy(tiny_lm, reference_model=str(tmp_path)).load()
 
