@@ -135,10 +135,9 @@ def test_cuda_training_steps_lower_the_loss():
 def test_lm_discrepancy_on_cuda_bf16_matches_cpu(tiny_lm):
     from filters.lm_detect import SamplingDiscrepancy
 
-    path = tiny_lm
     texts = ["Rain again this morning, so the market moved indoors.", "The committee met on Tuesday to vote."]
-    cpu = SamplingDiscrepancy(path).load().score(texts)
-    cuda = SamplingDiscrepancy(path, device="cuda").load().score(texts)
+    cpu = SamplingDiscrepancy(tiny_lm).load().score(texts)
+    cuda = SamplingDiscrepancy(tiny_lm, device="cuda").load().score(texts)
     print(f"discrepancy cpu {cpu}, cuda bf16 {cuda}")
     for a, b in zip(cpu, cuda):
         assert abs(a - b) <= 0.05 * abs(a) + 0.1
