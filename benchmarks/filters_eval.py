@@ -15,6 +15,10 @@ Prints JSON:
       figures for pages whose text does not overlap any training text (8-gram containment < 0.3).
 Thresholds: --llm-threshold / --mt-threshold, else the `synthetic` section of --config
 (`llm_generated_threshold`, `poor_mt_threshold`), else the thresholds shipped in the model JSONs.
+LM head: --lm-model / --lm-logit / --lm-max-tokens, else the config's `lm_model`, `lm_logit`,
+`lm_max_tokens` (e.g. --config configs/local_lm.yaml): llm_generated then includes the calibrated
+Fast-DetectGPT discrepancy as in the pipeline, and each llm subset also reports the discrepancy's own
+ROC-AUC (`lm_discrepancy_only_roc_auc`); throughput is then measured for the LM too.
 """
 
 from __future__ import annotations
@@ -35,15 +39,21 @@ from filters import train_synthetic as T  # noqa: E402
 from filters.synthetic import SyntheticTextScorer  # noqa: E402
 
 
+def _config_section(path) -> dict:
+    if not path:
+        return {}
+    import yaml
+
+    with open(path) as fh:
+        return (yaml.safe_load(fh) or {}).get("synthetic") or {}
+
+
 def thresholds(args, scorer) -> dict:
     thr = {"llm_generated": scorer._llm.meta.get("threshold", 0.5), "poor_mt": scorer._mt.meta.get("threshold", 0.5)}
-    if args.config:
-        import yaml
-
-        with open(args.config) as fh:
-            sec = (yaml.safe_load(fh) or {}).get("synthetic") or {}
-        thr["llm_generated"] = sec.get("llm_generated_threshold", thr["llm_generated"])
-        thr["poor_mt"] = sec.get("poor_mt_threshold", thr["poor_mt"])
+    sec = _config_section(args.config)
+    for key in ("llm_generated", "poor_mt"):
+        if sec.get(f"{key}_threshold") is not None:
+            thr[key] = sec[f"{key}_threshold"]
     if args.llm_threshold is not None:
         thr["llm_generated"] = args.llm_threshold
     if args.mt_threshold is not None:
@@ -56,31 +66,65 @@ def _fig(y, s, thr) -> dict:
     return {"roc_auc": round(T.roc_auc(y, s), 4), **T.pr_at(y, s, thr)}
 
 
+class LLMScore:
+    """`llm_generated` as the pipeline computes it: the shipped heads and, with an LM configured and
+    `lm_logit` set, the calibrated Fast-DetectGPT discrepancy as a third head (pipelines/stages.py)."""
+
+    def __init__(self, scorer, lm=None, lm_logit=None, max_chars=1500):
+        self.scorer, self.lm, self.lm_logit, self.max_chars = scorer, lm, lm_logit, max_chars
+
+    def __call__(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
+        """(llm_generated, discrepancy or nan) per text."""
+        from filters.lm_detect import document_sample
+        from filters.synthetic import add_evidence
+
+        scores = [self.scorer.score(t, lg) for t, lg in zip(texts, langs)]
+        p = np.array([s["llm_generated"] for s in scores])
+        d = np.full(len(texts), np.nan)
+        if self.lm is not None:
+            idx = [i for i, s in enumerate(scores) if s["llm_generated_supported"]]
+            for i, v in zip(idx, self.lm.score([document_sample(texts[i], self.max_chars) for i in idx])):
+                if v is not None:
+                    d[i] = v
+                    if self.lm_logit:
+                        p[i] = add_evidence(p[i], self.lm_logit[0] * v + self.lm_logit[1])
+        return p, d
+
+
 def _scored(items, scorer, key, rng, *fields):
-    """Scores of each item's text (page-noised unless it is a raw page) under `key`, then one array
-    per named field ("" where an item lacks it)."""
+    """Scores of each item's text (page-noised unless it is a raw page) under `key` (an LLMScore for
+    llm_generated), then one array per named field ("" where an item lacks it)."""
     pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
-    scores = np.array([scorer.score(p, it["lang"])[key] for p, it in zip(pages, items)])
+    if isinstance(scorer, LLMScore):
+        scores, scorer.last_discrepancy = scorer(pages, [it["lang"] for it in items])
+    else:
+        scores = np.array([scorer.score(p, it["lang"])[key] for p, it in zip(pages, items)])
     return (scores, *(np.array([it.get(f, "") for it in items]) for f in fields))
 
 
-def heldout(scorer, data_dir, thr, seed=0) -> dict:
+def heldout(scorer, data_dir, thr, seed=0, llm=None) -> dict:
     out = {}
     rng = random.Random(seed + 7)
     # ---- llm_generated
+    llm = llm or LLMScore(scorer)
     items = [it for it in T.load_data("llm", data_dir, seed) if it["split"].startswith("test") and it["label"] in (0, 1)]
-    s, y, split, system, source = _scored(items, scorer, "llm_generated", rng, "label", "split", "system", "source")
+    s, y, split, system, source = _scored(items, llm, "llm_generated", rng, "label", "split", "system", "source")
+    d = llm.last_discrepancy
     t = thr["llm_generated"]
     main = split == "test"
-    res = {"threshold": t, "held_out_generators": list(T.LLM_TEST_GENERATORS),
-           "all_heldout": _fig(y[main], s[main], t)}
+    res = {"threshold": t, "held_out_generators": list(T.LLM_TEST_GENERATORS)}
+    if llm.lm is not None:
+        res["lm"] = {"model": llm.lm.model_name, "max_tokens": llm.lm.max_tokens, "lm_logit": llm.lm_logit,
+                     "unscored_items": int(np.isnan(d).sum())}
+    subsets = {"all_heldout": main, "seen_generators_heldout_items": (split == "test_seen_generator") | (main & (y == 0)),
+               "unseen_source_asap_chatgpt": split == "test_asap"}
     for g in T.LLM_TEST_GENERATORS:
-        m = main & ((system == g) | (y == 0))
-        res[f"generator={g}"] = _fig(y[m], s[m], t)
-    m = (split == "test_seen_generator") | (main & (y == 0))
-    res["seen_generators_heldout_items"] = _fig(y[m], s[m], t)
-    m = split == "test_asap"
-    res["unseen_source_asap_chatgpt"] = _fig(y[m], s[m], t)
+        subsets[f"generator={g}"] = main & ((system == g) | (y == 0))
+    for name, m in subsets.items():
+        res[name] = _fig(y[m], s[m], t)
+        if llm.lm is not None:  # the discrepancy alone, for comparison with the paper
+            k = m & ~np.isnan(d)
+            res[name]["lm_discrepancy_only_roc_auc"] = round(T.roc_auc(y[k], d[k]), 4)
     for src in sorted(set(source[main & (y == 0)])):
         m = main & (y == 0) & (source == src)
         res.setdefault("human_fpr_by_source", {})[src] = {"n": int(m.sum()), "fpr": round(float((s[m] >= t).mean()), 4)}
@@ -114,29 +158,6 @@ def heldout(scorer, data_dir, thr, seed=0) -> dict:
     return out
 
 
-def heldout_lm(lm, data_dir, max_chars: int, seed=0) -> dict:
-    """ROC-AUC of Fast-DetectGPT's discrepancy (filters/lm_detect.py) on the same held-out llm items
-    and page noise as the fastText scorer (no threshold: the discrepancy has none shipped)."""
-    from filters.lm_detect import document_sample
-
-    rng = random.Random(seed + 7)
-    items = [it for it in T.load_data("llm", data_dir, seed) if it["split"].startswith("test") and it["label"] in (0, 1)]
-    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
-    scores = lm.score([document_sample(p, max_chars) for p in pages])
-    rows = [(it, s) for it, s in zip(items, scores) if s is not None]
-
-    def auc(keep) -> float:
-        sub = [(it["label"], s) for it, s in rows if keep(it)]
-        return round(T.roc_auc([y for y, _ in sub], [s for _, s in sub]), 4)
-
-    res = {"model": lm.model_name, "unscored_items": len(items) - len(rows),
-           "all_heldout_roc_auc": auc(lambda it: it["split"] == "test"),
-           "unseen_source_asap_chatgpt_roc_auc": auc(lambda it: it["split"] == "test_asap")}
-    for g in T.LLM_TEST_GENERATORS:
-        res[f"generator={g}_roc_auc"] = auc(lambda it, g=g: it["split"] == "test" and (it["label"] == 0 or it["system"] == g))
-    return res
-
-
 def throughput(scorer, data_dir, n=2000, seed=0) -> dict:
     items = [it for it in T.load_fast_detect_gpt(data_dir)]
     rng = random.Random(seed)
@@ -155,12 +176,26 @@ def throughput(scorer, data_dir, n=2000, seed=0) -> dict:
             "docs_per_s_single_process": round(n / dt, 1)}
 
 
+def throughput_lm(llm, data_dir, n=64, seed=0) -> dict:
+    """The LM head alone on held-out-style pages: documents/s in this process, batched as configured."""
+    from filters.lm_detect import document_sample
+
+    items = T.load_fast_detect_gpt(data_dir)
+    rng = random.Random(seed)
+    docs = [document_sample(T.pageify(rng.choice(items)["text"], rng), llm.max_chars) for _ in range(n)]
+    t0 = time.perf_counter()
+    llm.lm.score(docs)
+    dt = time.perf_counter() - t0
+    return {"docs": n, "max_tokens": llm.lm.max_tokens, "batch": llm.lm.batch_size, "device": llm.lm.device,
+            "seconds": round(dt, 3), "docs_per_s_single_process": round(n / dt, 2)}
+
+
 def _grams(text, n=8):
     w = text.lower().split()
     return {hash(" ".join(w[i:i + n])) for i in range(max(len(w) - n + 1, 0))}
 
 
-def corpus(scorer, path, labels_path, data_dir, thr) -> dict:
+def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
     from extract.html import decode_html, extract_main_text
     from extract.records import route
     from extract.warc import ReadError, iter_records
@@ -178,7 +213,8 @@ def corpus(scorer, path, labels_path, data_dir, thr) -> dict:
             if it["split"] == "train":
                 train_grams |= _grams(it["text"])
     lid = LanguageIdentifier()
-    per = collections.defaultdict(list)
+    llm = llm or LLMScore(scorer)
+    pages = []
     with open(path, "rb") as fh:
         for rec in iter_records(fh):
             if isinstance(rec, ReadError) or rec.record_id not in labels:
@@ -193,14 +229,15 @@ def corpus(scorer, path, labels_path, data_dir, thr) -> dict:
             text, _ = remove_boilerplate_lines(text.strip())
             if not text:
                 continue
-            lang, _ = lid(text)
-            sc = scorer.score(text, lang)
             g = _grams(text)
-            seen = len(g & train_grams) / max(len(g), 1) >= 0.3
-            reason = ("llm_generated" if sc["llm_generated"] >= thr["llm_generated"] else
-                      "poor_mt" if sc["poor_mt"] >= thr["poor_mt"] else None)
-            per[cat].append({"reason": reason, "seen": seen, "lang": lang, "llm": sc["llm_generated"],
-                             "mt": sc["poor_mt"], "source": labels[rec.record_id]["source"]})
+            pages.append((cat, text, lid(text)[0], len(g & train_grams) / max(len(g), 1) >= 0.3,
+                          labels[rec.record_id]["source"]))
+    llm_scores, _ = llm([p[1] for p in pages], [p[2] for p in pages])
+    per = collections.defaultdict(list)
+    for (cat, text, lang, seen, source), p_llm in zip(pages, llm_scores):
+        mt = scorer.score(text, lang)["poor_mt"]
+        reason = ("llm_generated" if p_llm >= thr["llm_generated"] else "poor_mt" if mt >= thr["poor_mt"] else None)
+        per[cat].append({"reason": reason, "seen": seen, "lang": lang, "llm": p_llm, "mt": mt, "source": source})
 
     def summary(rows):
         n = len(rows)
@@ -241,21 +278,33 @@ def main():
     ap.add_argument("--llm-model", default=None)
     ap.add_argument("--mt-model", default=None)
     ap.add_argument("--throughput-docs", type=int, default=2000)
-    ap.add_argument("--lm-model", default=None, help="a transformers causal LM: also report Fast-DetectGPT's AUC")
+    ap.add_argument("--lm-model", default=None, help="a transformers causal LM (folder, hub id or .gguf): "
+                    "also report Fast-DetectGPT's AUC (else the config's synthetic.lm_model)")
+    ap.add_argument("--lm-logit", type=float, nargs=2, default=None, metavar=("A", "B"),
+                    help="the LM's calibration (curate fit-lm-head; else the config's synthetic.lm_logit): "
+                    "llm_generated then includes the LM head")
+    ap.add_argument("--lm-max-tokens", type=int, default=None)
     ap.add_argument("--lm-device", default="cpu")
     args = ap.parse_args()
     scorer = SyntheticTextScorer(args.llm_model, args.mt_model).load()
     thr = thresholds(args, scorer)
-    report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr),
-              "throughput": throughput(scorer, args.data, args.throughput_docs)}
-    if args.lm_model:
+    llm = LLMScore(scorer)
+    section = _config_section(args.config)
+    lm_model = args.lm_model or section.get("lm_model")
+    if lm_model:
         from filters.lm_detect import SamplingDiscrepancy
 
-        lm = SamplingDiscrepancy(args.lm_model, device=args.lm_device).load()
-        report["heldout"]["llm_lm_discrepancy"] = heldout_lm(lm, args.data, 1500)
+        max_tokens = args.lm_max_tokens or section.get("lm_max_tokens") or 256
+        lm = SamplingDiscrepancy(lm_model, device=args.lm_device, max_tokens=max_tokens,
+                                 batch_size=section.get("lm_batch") or 16).load()
+        llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"))
+    report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr, llm=llm),
+              "throughput": throughput(scorer, args.data, args.throughput_docs)}
+    if llm.lm is not None:
+        report["throughput_lm"] = throughput_lm(llm, args.data)
     if args.corpus:
         labels = args.labels or args.corpus.replace(".warc.gz", "").replace(".warc", "") + ".labels.jsonl"
-        report["corpus"] = corpus(scorer, args.corpus, labels, args.data, thr)
+        report["corpus"] = corpus(scorer, args.corpus, labels, args.data, thr, llm)
     print(json.dumps(report, indent=1))
 
 

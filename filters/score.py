@@ -8,7 +8,7 @@ import json
 from filters.language import LanguageIdentifier
 from filters.lm_detect import SamplingDiscrepancy, document_sample
 from filters.quality import QualityConfig, QualityFilter
-from filters.synthetic import SyntheticTextScorer
+from filters.synthetic import SyntheticTextScorer, add_evidence
 
 
 class TextScorer:
@@ -18,7 +18,7 @@ class TextScorer:
         self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
         self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
         self.max_chars = synthetic.get("max_chars", 1500)
-        self.lm = None
+        self.lm, self.lm_logit = None, synthetic.get("lm_logit")
         if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
             self.lm = SamplingDiscrepancy.from_config(synthetic).load()
 
@@ -27,8 +27,10 @@ class TextScorer:
         failed, values = self.quality(text, lang)
         scores = {"lang": lang, "lang_score": round(lang_score, 6), "quality": values,
                   "quality_failed": failed, **self.synthetic.score(text, lang)}
-        if self.lm is not None:
-            scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
+        if self.lm is not None and scores["llm_generated_supported"]:
+            d = scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
+            if self.lm_logit and d is not None:  # third head of llm_generated, as in the pipeline stage
+                scores["llm_generated"] = round(add_evidence(scores["llm_generated"], self.lm_logit[0] * d + self.lm_logit[1]), 6)
         return scores
 
 

@@ -1,14 +1,22 @@
-"""Model-generated content scorers: `llm_generated` (text written by a (weaker) LLM) and `poor_mt`
+"""Model-generated content scorers: `llm_generated` (text written by an LLM) and `poor_mt`
 (low-quality machine translation). DeepSeek-V4-style data step: such text carries little information
 and is treated as implicit repetition, so the pipeline drops documents above configured thresholds.
 
 Each scorer is a quantized fastText supervised classifier (llm: word uni+bigrams; poor_mt: word
-uni+bigrams + char 3-grams) on a normalized, bounded sample of the document's *prose lines*. Optionally
-(`train_filter(..., stats=True)`) a logistic regression stacks cheap statistics (repetition, type-token
-ratio, compression ratio, function-word rate, sentence-length profile); its weights ship in the JSON beside
-the model and are applied when present. The shipped models do not stack: it did not help on unseen
-generators (MODEL_CARD.md). `filters/train_synthetic.py` reproduces both models; the JSON beside each also
-holds its threshold, languages and held-out metrics.
+uni+bigrams + char 3-grams) on a normalized, bounded sample of the document's *prose lines*.
+
+`llm_generated` has a second head for chat/instruction-tuned models, whose text the n-gram model
+(trained mostly on pure samples of weak base models) does not recognise: a logistic regression on
+style features from the literature on LLM writing (`style_features`: the excess vocabulary of
+Kobak et al. 2024 and Liang et al. 2024, sentence-length burstiness, discourse-marker openers,
+specificity). The heads are combined as independent evidence, naive-Bayes style, both being trained
+on balanced classes: logit p = logit p_ngram + logit p_style. Both parts are reported
+(`llm_ngram`, `llm_style`); the threshold applies to the combination.
+
+Optionally (`train_filter(..., stats=True)`) a logistic regression stacks cheap statistics onto the
+n-gram probability (repetition, type-token ratio, compression ratio, function-word rate,
+sentence-length profile); the shipped models do not stack (MODEL_CARD.md). `filters/train_synthetic.py`
+reproduces both models; the JSON beside each holds its heads, threshold, languages and held-out metrics.
 
 Page robustness: extracted pages start with a title line, a byline/date line and may carry
 boilerplate. Lines shorter than `MIN_PROSE_WORDS` words are left out of the sample (titles, bylines,
@@ -26,6 +34,7 @@ import math
 import os
 import re
 import zlib
+from collections import Counter
 from pathlib import Path
 
 MODELS_DIR = Path(__file__).parent / "models"
@@ -131,9 +140,82 @@ def text_stats(sample: str, lang: str = "en") -> list[float]:
     return [ttr, dup3, compress, funcw, math.log1p(mean), sd / max(mean, 1e-9), word_len, comma, quote]
 
 
+# ------------------------------------------------------------------------- chat-model style features
+# Words whose frequency rose sharply with ChatGPT-era writing: the "excess vocabulary" of Kobak et al.
+# 2024 (arXiv:2406.07016, PubMed 2010-2024) and the adjectives of Liang et al. 2024 (arXiv:2403.07183,
+# peer reviews), plus the connectives both list. Prior knowledge, not fitted to our data.
+STYLE_WORDS = frozenset("""
+    delve delves delved delving showcase showcases showcasing showcased underscore underscores underscoring
+    intricate intricacies pivotal crucial crucially notably additionally furthermore moreover comprehensive
+    enhance enhances enhancing enhanced foster fosters fostering fostered realm realms tapestry multifaceted
+    nuanced nuances insights insightful vital essential ensure ensures ensuring robust seamless seamlessly
+    landscape navigate navigating navigates leverage leveraging emphasize emphasizes emphasizing highlight
+    highlights highlighting overall ultimately embark embarking journey resonate resonates vibrant bustling
+    holistic dynamic valuable invaluable impactful elevate unlock unlocking harness harnessing strive striving
+    commendable innovative meticulous meticulously noteworthy versatile profound testament individuals various
+    numerous significant significantly aspects aspect potential paramount garner garnered intriguing
+    captivating enduring unwavering interplay endeavor endeavors encompass encompasses encompassing facilitate
+    facilitates boast boasts""".split())
+OPENERS = frozenset("""however additionally furthermore moreover overall ultimately consequently therefore thus indeed
+    importantly notably""".split()) | {"in addition", "in conclusion", "in summary"}
+FIRST_PERSON = ("i", "me", "my", "i'm", "i've")
+_EN_WORD = re.compile(r"[a-z']+|\d+")  # on lower-cased text
+_CAPITALIZED = re.compile(r"(?<![A-Za-z'])[A-Z]")
+_CONTRACTIONS = ("n't", "'s", "'re", "'ve", "'ll", "'d", "'m")
+STYLE_NAMES = ("style_words", "openers", "sent_cv", "sent_len", "contractions", "first_person", "digits",
+               "capitalized", "long_words", "exclaim_question", "semicolon_colon", "parens", "quotes", "commas")
+
+
+def _opens_with_connective(sentence: str) -> bool:
+    head = sentence.lstrip("\"'\u201c\u2018(").split(None, 2)
+    one = head[0].rstrip(",;:").lower() if head else ""
+    return one in OPENERS or (len(head) > 1 and f"{one} {head[1].rstrip(',;:').lower()}" in OPENERS)
+
+
+def style_features(sample: str) -> list[float]:
+    """English style profile of a prose sample (see STYLE_NAMES): chat models write in the excess
+    vocabulary, open sentences with connectives, vary sentence length less (low burstiness) and name
+    fewer specifics (digits, proper nouns, quotes) than people do. One pass of regex/str.count over
+    the <= MAX_CHARS sample; counts per word are taken over distinct words."""
+    counts = Counter(_EN_WORD.findall(sample.lower().replace("\u2019", "'")))
+    n = max(sum(counts.values()), 1)
+    style = digits = long_words = contractions = 0
+    for w, c in counts.items():
+        if w in STYLE_WORDS:
+            style += c
+        if w[0].isdigit():
+            digits += c
+        if len(w) >= 9:
+            long_words += c
+        if "'" in w and w.endswith(_CONTRACTIONS):
+            contractions += c
+    sents = [x for x in _SENT_END.split(sample) if x.strip()]
+    lens = [len(x.split()) for x in sents] or [n]
+    mean = sum(lens) / len(lens)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in lens) / len(lens))
+    per_sentence = max(len(sents), 1)
+    return [
+        100 * style / n,
+        sum(map(_opens_with_connective, sents)) / per_sentence,
+        sd / max(mean, 1.0),
+        math.log1p(mean),
+        100 * contractions / n,
+        100 * sum(counts[w] for w in FIRST_PERSON) / n,
+        100 * digits / n,
+        len(_CAPITALIZED.findall(sample)) / n,
+        long_words / n,
+        (sample.count("!") + sample.count("?")) / per_sentence,
+        100 * (sample.count(";") + sample.count(":")) / n,
+        100 * sample.count("(") / n,
+        100 * sum(sample.count(q) for q in '"\u201c\u201d') / n,
+        sample.count(",") / n,
+    ]
+
+
 # --------------------------------------------------------------------------------------------- model
 class _Classifier:
-    """One shipped scorer: fastText model + (optional) stacking weights from the JSON beside it."""
+    """One shipped scorer: fastText model + the heads in the JSON beside it: optional stacking of text
+    statistics (`stack`) and, for llm, the chat-model style head (`style_head`)."""
 
     def __init__(self, ftz_path: str):
         import fasttext
@@ -149,6 +231,7 @@ class _Classifier:
         except (OSError, ValueError):
             self.meta = {}
         self.stack = self.meta.get("stack")  # {"mean": [...], "std": [...], "coef": [...], "bias": b}
+        self.style = self.meta.get("style_head")  # same form, over STYLE_NAMES
 
     def ft_prob(self, normalized: str) -> float:
         if not normalized:
@@ -159,11 +242,16 @@ class _Classifier:
                 return min(max(float(p), 0.0), 1.0)
         return 0.0
 
-    def prob(self, sample: str, lang: str, normalized: str | None = None) -> float:
+    def parts(self, sample: str, lang: str, normalized: str | None = None) -> dict:
+        """{"ngram": p, "style": q or None, "prob": combined}."""
         p = self.ft_prob(normalize(sample) if normalized is None else normalized)
-        if not self.stack:
-            return p
-        return stacked_prob(self.stack, p, text_stats(sample, lang))
+        if self.stack:
+            p = stacked_prob(self.stack, p, text_stats(sample, lang))
+        q = logistic(self.style, style_features(sample)) if self.style else None
+        return {"ngram": p, "style": q, "prob": p if q is None else combine(p, q)}
+
+    def prob(self, sample: str, lang: str, normalized: str | None = None) -> float:
+        return self.parts(sample, lang, normalized)["prob"]
 
 
 def ft_logit(p: float) -> float:
@@ -171,20 +259,40 @@ def ft_logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-def stacked_prob(stack: dict, p: float, stats: list[float]) -> float:
-    x = [ft_logit(p)] + list(stats)
-    z = stack["bias"]
-    for v, m, s, c in zip(x, stack["mean"], stack["std"], stack["coef"]):
-        z += c * (v - m) / s
+def _sigmoid(z: float) -> float:
     z = min(max(z, -30.0), 30.0)
     return 1.0 / (1.0 + math.exp(-z))
 
 
+def logistic(head: dict, x: list[float]) -> float:
+    """A logistic-regression head {"mean", "std", "coef", "bias"} on standardized features x."""
+    z = head["bias"]
+    for v, m, s, c in zip(x, head["mean"], head["std"], head["coef"]):
+        z += c * (v - m) / s
+    return _sigmoid(z)
+
+
+def stacked_prob(stack: dict, p: float, stats: list[float]) -> float:
+    return logistic(stack, [ft_logit(p)] + list(stats))
+
+
+def combine(p: float, q: float) -> float:
+    """Two heads trained on balanced classes, read as independent evidence (naive Bayes): the
+    log-odds add. Either head alone being sure is enough; two weak votes add up."""
+    return add_evidence(p, ft_logit(q))
+
+
+def add_evidence(p: float, logit: float) -> float:
+    """p with one more independent head's log-odds added (e.g. the calibrated LM discrepancy)."""
+    return _sigmoid(ft_logit(p) + logit)
+
+
 class SyntheticTextScorer:
-    """Probability that a document is weak-LLM output (`llm_generated`) or poor MT (`poor_mt`).
+    """Probability that a document is LLM output (`llm_generated`) or poor MT (`poor_mt`).
 
     score(text, lang) -> {"llm_generated": p, "poor_mt": q,
-                          "llm_generated_supported": bool, "poor_mt_supported": bool}
+                          "llm_generated_supported": bool, "poor_mt_supported": bool,
+                          "llm_ngram": p1, "llm_style": p2}   (the parts of p, where llm is supported)
     `lang` is the lid.176 code of the document (the pipeline's language stage). For a language a model
     was not trained on, its probability is 0.0 and `<name>_supported` is False (never dropped).
     Paths may be local or any Beam filesystem path (copied locally once, like filters/language.py).
@@ -230,7 +338,11 @@ class SyntheticTextScorer:
             return out
         line = normalize(sample)
         if out["llm_generated_supported"]:
-            out["llm_generated"] = round(self._llm.prob(sample, lang, line), 6)
+            parts = self._llm.parts(sample, lang, line)
+            out["llm_generated"] = round(parts["prob"], 6)
+            out["llm_ngram"] = round(parts["ngram"], 6)
+            if parts["style"] is not None:
+                out["llm_style"] = round(parts["style"], 6)
         if out["poor_mt_supported"]:
             out["poor_mt"] = round(self._mt.prob(sample, lang, line), 6)
         return out

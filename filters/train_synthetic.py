@@ -37,10 +37,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from filters.synthetic import STAT_NAMES, ft_logit, normalize, prose_sample, stacked_prob, text_stats
+from filters.synthetic import (MAX_CHARS as MAX_SAMPLE_CHARS, STAT_NAMES, STYLE_NAMES, _Classifier, ft_logit, normalize, prose_sample, stacked_prob,
+                               style_features, text_stats)
 
 # ---------------------------------------------------------------------------------------------- splits
 LLM_TEST_GENERATORS = ("gpt-4", "gpt-neox-20b", "opt-2.7b")  # never trained on
+# The llm style head learns chat/instruction-tuned writing from these training generators only (the
+# weak base models' pure samples differ in the opposite direction, e.g. low type-token ratio).
+STYLE_GENERATORS = ("davinci", "gpt-3.5-turbo")
 MT_TEST_SYSTEMS = {"ende": ("Online-W", "UEdin", "metricsystem4"), "zhen": ("Online-W", "NiuTrans", "metricsystem2")}
 # TED talks are the same 5 English talks in both pairs (ende talk.N <-> zhen talk.M); key = ende name.
 ZHEN_TO_ENDE_TALK = {"talk.2": "talk.1", "talk.5": "talk.3", "talk.6": "talk.4", "talk.7": "talk.5", "talk.9": "talk.6"}
@@ -471,7 +475,7 @@ def _ft_pos(model, line):
     return next((min(float(p), 1.0) for lab, p in zip(labels, probs) if lab == "__label__pos"), 0.0)
 
 
-def _fit_logreg(X, y, l2=1.0, iters=50):
+def _fit_logreg(X, y, l2=1.0, iters=50, names=("ft_logit", *STAT_NAMES)):
     """L2 logistic regression by Newton's method on standardized features; returns stack dict."""
     X = np.asarray(X, float)
     y = np.asarray(y, float)
@@ -489,7 +493,7 @@ def _fit_logreg(X, y, l2=1.0, iters=50):
         if np.abs(step).max() < 1e-8:
             break
     return {"mean": mean.tolist(), "std": std.tolist(), "coef": w[1:].tolist(), "bias": float(w[0]),
-            "features": ["ft_logit", *STAT_NAMES]}
+            "features": list(names)}
 
 
 def _balance(items, rng):
@@ -518,22 +522,34 @@ def _oof_rows(kind, train, seed, params):
     return rows
 
 
-def _score_items(model, stack, items, seed, noise=True):
+def _score_items(clf, items, seed, noise=True):
+    """(n-gram, style or nan, final) probabilities of page-noised items through the shipped code path."""
     rng = random.Random(seed + 7)
-    ft, st = [], []
+    rows = []
     for line, sample, _, idx in _features(items, rng, noise=noise):
-        p = _ft_pos(model, line)
-        ft.append(p)
-        st.append(stacked_prob(stack, p, text_stats(sample, items[idx]["lang"])) if stack else p)
-    return np.array(ft), np.array(st)
+        parts = clf.parts(sample, items[idx]["lang"], line)
+        rows.append((parts["ngram"], np.nan if parts["style"] is None else parts["style"], parts["prob"]))
+    return np.array(rows, float).reshape(-1, 3).T
 
 
-def evaluate(kind, model, stack, items, threshold, seed=0) -> dict:
+def _fit_style_head(train, seed):
+    """Logistic regression on style_features: chat-model training generators vs human, balanced."""
+    rows = [it for it in train if it["label"] == 0 or it["system"] in STYLE_GENERATORS]
+    rng = random.Random(seed + 3)
+    cp, cn = _balance(rows, rng)
+    feats = _features(rows, rng, cp, cn)
+    head = _fit_logreg([style_features(sample) for _, sample, _, _ in feats], [label for *_, label, _ in feats],
+                       names=STYLE_NAMES)
+    head["generators"] = list(STYLE_GENERATORS)
+    return head
+
+
+def evaluate(kind, clf, items, threshold, seed=0) -> dict:
     """Held-out figures: overall, per held-out generator/system, per source; noisy pages and clean text."""
     report = {}
     ev = [it for it in items if it["split"].startswith("test")]
     for noise in (True, False):
-        ft, st = _score_items(model, stack, ev, seed, noise)
+        ft, style, st = _score_items(clf, ev, seed, noise)
         key = "pages" if noise else "clean"
         res = {}
         y = np.array([it["label"] for it in ev])
@@ -544,6 +560,8 @@ def evaluate(kind, model, stack, items, threshold, seed=0) -> dict:
                 return
             res[name] = {"auc": round(roc_auc(y[m], st[m]), 4), "auc_fasttext_only": round(roc_auc(y[m], ft[m]), 4),
                          **pr_at(y[m], st[m], threshold)}
+            if not np.isnan(style[m]).any():
+                res[name]["auc_style_only"] = round(roc_auc(y[m], style[m]), 4)
 
         split = np.array([it["split"] for it in ev])
         system = np.array([it["system"] for it in ev])
@@ -645,20 +663,21 @@ def train_filter(kind: str, data_dir: str, out: str, seed: int = 0, threshold: f
         model = _train_ft(rows, train_txt, seed, params)
         model.quantize(input=train_txt, qnorm=True, retrain=False, cutoff=50000, thread=1, verbose=0)
     model.save_model(out)
-    import fasttext
-
-    fasttext.FastText.eprint = lambda *a, **k: None
-    model = fasttext.load_model(out)  # evaluate exactly what ships
-    _, cal_scores = _score_items(model, stack, calib, seed + 1)
+    style_head = _fit_style_head(train, seed) if kind == "llm" else None
+    meta_path = out[: -len(os.path.splitext(out)[1])] + ".json"
+    with open(meta_path, "w") as fh:  # the heads first: evaluate exactly what ships, then add the figures
+        json.dump({"stack": stack, "style_head": style_head}, fh)
+    clf = _Classifier(out)
+    cal_scores = _score_items(clf, calib, seed + 1)[2]
     cal_thr = float(np.quantile(cal_scores, 1 - TARGET_HUMAN_FPR)) if len(cal_scores) else 0.5
     thr = threshold if threshold is not None else round(min(max(cal_thr, 0.5), 0.9999), 4)
     oof_info.update({"calibration_human_items": len(calib),
                      "threshold_rule": f"{1 - TARGET_HUMAN_FPR:.2f} quantile of calibration human page scores"})
-    metrics = evaluate(kind, model, stack, items, thr, seed)
+    metrics = evaluate(kind, clf, items, thr, seed)
     meta = {
         "kind": kind, "model": os.path.basename(out), "seed": seed, "threshold": thr,
         "languages": ["en"] if kind == "llm" else ["en", "de"],
-        "stack": stack, "fasttext": params, "oof": oof_info,
+        "stack": stack, "style_head": style_head, "fasttext": params, "oof": oof_info,
         "splits": {"llm_test_generators": list(LLM_TEST_GENERATORS), "mt_test_systems": MT_TEST_SYSTEMS,
                    "ted_test_talks": list(TED_TEST_TALKS), "item_test_fold": f"sha1(group) % {N_FOLDS} == {ITEM_TEST_FOLD}"},
         "counts": {s: {str(lab): sum(1 for it in items if it["split"] == s and it["label"] == lab) for lab in (0, 1)}
@@ -666,9 +685,58 @@ def train_filter(kind: str, data_dir: str, out: str, seed: int = 0, threshold: f
         "metrics": metrics, "train_seconds": round(time.time() - t0, 1),
         "model_bytes": os.path.getsize(out),
     }
-    with open(out[: -len(os.path.splitext(out)[1])] + ".json", "w") as fh:
+    with open(meta_path, "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=True)
     return meta
+
+
+# ---------------------------------------------------------------------------------- LM discrepancy head
+def _fit_logistic_1d(x, y, iters=50) -> tuple[float, float]:
+    """(a, b) of P(y=1) = sigmoid(a*x + b), by Newton's method (a tiny ridge keeps it defined)."""
+    X = np.c_[np.asarray(x, float), np.ones(len(x))]
+    y = np.asarray(y, float)
+    w = np.zeros(2)
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-np.clip(X @ w, -30, 30)))
+        step = np.linalg.solve(X.T @ (X * (p * (1 - p))[:, None]) + 1e-6 * np.eye(2), X.T @ (p - y))
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return float(w[0]), float(w[1])
+
+
+def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=None, items=None) -> dict:
+    """Calibrate Fast-DetectGPT's discrepancy d of `lm` (a loaded filters.lm_detect.SamplingDiscrepancy)
+    as a third head of `llm_generated`: log-odds a*d + b, fitted on `per_class` human and `per_class`
+    machine training texts (training generators, page-noised like everything else), and the threshold
+    that keeps TARGET_HUMAN_FPR of the calibration human pages (never trained on) for the combined score.
+    The LM is zero-shot, so a 2-parameter fit on a few hundred texts is all it needs."""
+    from filters.lm_detect import document_sample
+    from filters.synthetic import SyntheticTextScorer, add_evidence
+
+    scorer = scorer or SyntheticTextScorer().load()
+    items = items if items is not None else load_data("llm", data_dir, seed)
+    train = [it for it in items if it["split"] == "train" and it["label"] in (0, 1)]
+    calib = [it for it in train if it["label"] == 0 and _fold(it["group"] + "#cal") == 0]
+    fit = [it for it in train if it["source"].startswith("fdg:") and not (it["label"] == 0 and _fold(it["group"] + "#cal") == 0)]
+    rng = random.Random(seed + 11)
+    rng.shuffle(fit)
+    fit = [it for it in fit if it["label"] == 0][:per_class] + [it for it in fit if it["label"] == 1][:per_class]
+
+    def scored(rows):
+        pages = [it["text"] if it.get("raw_page") else pageify(it["text"], rng) for it in rows]
+        ds = lm.score([document_sample(p, MAX_SAMPLE_CHARS) for p in pages])
+        ps = [scorer.score(p, it["lang"])["llm_generated"] for p, it in zip(pages, rows)]
+        return [(d, p, it["label"]) for d, p, it in zip(ds, ps, rows) if d is not None]
+
+    fit_rows = scored(fit)
+    a, b = _fit_logistic_1d([d for d, _, _ in fit_rows], [y for *_, y in fit_rows])
+    combined = np.array([add_evidence(p, a * d + b) for d, p, _ in scored(calib)])
+    thr = float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5
+    return {"lm_model": lm.model_name, "lm_max_tokens": lm.max_tokens, "lm_logit": [round(a, 6), round(b, 6)],
+            "llm_generated_threshold": round(min(max(thr, 0.5), 0.9999), 4),
+            "fit_texts": len(fit_rows), "calibration_human_pages": len(combined),
+            "fit_auc_discrepancy": round(roc_auc([y for *_, y in fit_rows], [d for d, _, _ in fit_rows]), 4)}
 
 
 if __name__ == "__main__":

@@ -36,6 +36,20 @@ def _train_filter(args, _):
     print(json.dumps(metrics, indent=1, default=str))
 
 
+def _fit_lm_head(args, _):
+    import yaml
+
+    from filters.lm_detect import SamplingDiscrepancy
+    from filters.train_synthetic import fit_lm_head
+
+    lm = SamplingDiscrepancy(args.lm_model, device=args.lm_device, max_tokens=args.lm_max_tokens).load()
+    fitted = fit_lm_head(lm, args.data, per_class=args.per_class)
+    keys = ("lm_model", "lm_max_tokens", "lm_logit", "llm_generated_threshold")
+    print(f"# fitted on {fitted['fit_texts']} texts (discrepancy AUC {fitted['fit_auc_discrepancy']}), "
+          f"threshold from {fitted['calibration_human_pages']} calibration human pages; add to your config:")
+    print(yaml.safe_dump({"synthetic": {k: fitted[k] for k in keys}}, sort_keys=False), end="")
+
+
 def _stats(args, _):
     from pipelines.stats import format_table, load_summary
 
@@ -76,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     tf.add_argument("--out", required=True, help="model path (.ftz); metrics go to <out>.json")
     tf.add_argument("--seed", type=int, default=0)
     tf.set_defaults(func=_train_filter)
+    fl = sub.add_parser("fit-lm-head", help="calibrate an LM's Fast-DetectGPT discrepancy as a head of llm_generated")
+    fl.add_argument("--lm-model", required=True, help="transformers causal LM folder, hub id or .gguf file")
+    fl.add_argument("--data", required=True, help="the shared data folder (llm_detect/, mt_quality/, html/)")
+    fl.add_argument("--lm-max-tokens", type=int, default=128)
+    fl.add_argument("--lm-device", default="cpu")
+    fl.add_argument("--per-class", type=int, default=150, help="human and machine training texts scored")
+    fl.set_defaults(func=_fit_lm_head)
     sub.add_parser("train", help="pretrain on packed shards (see `curate train --help`)", add_help=False)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -35,7 +35,8 @@ DEFAULTS: dict = {
     "quality": {},
     "synthetic": {"llm_model": None, "mt_model": None, "llm_generated_threshold": None,
                   "poor_mt_threshold": None, "max_chars": 1500, "lm_model": None, "lm_reference_model": None,
-                  "lm_discrepancy_threshold": None, "lm_device": "cpu", "lm_max_tokens": 256, "lm_batch": 16},
+                  "lm_discrepancy_threshold": None, "lm_logit": None, "lm_device": "cpu", "lm_max_tokens": 256,
+                  "lm_batch": 16},
     "exact_dedup": {"survivor": "earliest_capture"},
     "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},
@@ -71,6 +72,10 @@ def load_config(path: str | None = None, **overrides) -> dict:
     cfg = _merge(cfg, {k: v for k, v in overrides.items() if v is not None})
     if isinstance(cfg["input"], str):
         cfg["input"] = [cfg["input"]]
+    syn = cfg["synthetic"]
+    if syn["lm_logit"] is not None and (len(syn["lm_logit"]) != 2 or syn["llm_generated_threshold"] is None):
+        raise ConfigError("synthetic.lm_logit is [coef, bias] and needs synthetic.llm_generated_threshold set "
+                          "with it: the shipped threshold is for the score without the LM (curate fit-lm-head)")
     unknown = [s for s in cfg["stages"] if s not in STAGE_ORDER]
     if unknown:
         raise ConfigError(f"unknown stages {unknown}; known: {STAGE_ORDER}")

