@@ -284,7 +284,7 @@ def main():
                     help="the LM's calibration (curate fit-lm-head; else the config's synthetic.lm_logit): "
                     "llm_generated then includes the LM head")
     ap.add_argument("--lm-max-tokens", type=int, default=None)
-    ap.add_argument("--lm-device", default="cpu")
+    ap.add_argument("--lm-device", default=None, help="else the config's lm_device, else cpu")
     args = ap.parse_args()
     scorer = SyntheticTextScorer(args.llm_model, args.mt_model).load()
     thr = thresholds(args, scorer)
@@ -295,8 +295,8 @@ def main():
         from filters.lm_detect import SamplingDiscrepancy
 
         max_tokens = args.lm_max_tokens or section.get("lm_max_tokens") or 256
-        lm = SamplingDiscrepancy(lm_model, device=args.lm_device, max_tokens=max_tokens,
-                                 batch_size=section.get("lm_batch") or 16).load()
+        lm = SamplingDiscrepancy(lm_model, device=args.lm_device or section.get("lm_device") or "cpu", max_tokens=max_tokens,
+                                 batch_size=section.get("lm_batch") or 16, dtype=section.get("lm_dtype")).load()
         llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"))
     report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr, llm=llm),
               "throughput": throughput(scorer, args.data, args.throughput_docs)}

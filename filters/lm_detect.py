@@ -36,17 +36,20 @@ class SamplingDiscrepancy:
     so a Beam DoFn can carry it and load it in `setup()`."""
 
     def __init__(self, model: str, reference_model: str | None = None, device: str = "cpu",
-                 max_tokens: int = 256, batch_size: int = 16):
+                 max_tokens: int = 256, batch_size: int = 16, dtype: str | None = None):
         self.model_name, self.reference_name = model, reference_model
         self.device, self.max_tokens, self.batch_size = device, max_tokens, batch_size
+        # None: bfloat16 on CUDA, float32 on CPU. bfloat16 on a CPU with AVX512-BF16 is ~1.8x faster
+        # (SmolLM2-135M: 6.4 vs 3.5 docs/s on 2 cores; d correlates 0.9996 with float32).
+        self.dtype = dtype
         self.model = self.reference = self.tokenizer = None
 
     @classmethod
     def from_config(cls, synthetic: dict) -> "SamplingDiscrepancy":
         """From the pipeline's `synthetic` config section (lm_model, lm_reference_model, lm_device,
-        lm_max_tokens, lm_batch); not loaded yet."""
+        lm_max_tokens, lm_batch, lm_dtype); not loaded yet."""
         return cls(synthetic["lm_model"], synthetic.get("lm_reference_model"), synthetic.get("lm_device", "cpu"),
-                   synthetic.get("lm_max_tokens", 256), synthetic.get("lm_batch", 16))
+                   synthetic.get("lm_max_tokens", 256), synthetic.get("lm_batch", 16), synthetic.get("lm_dtype"))
 
     def __getstate__(self):
         return {**self.__dict__, "model": None, "reference": None, "tokenizer": None}
@@ -54,7 +57,12 @@ class SamplingDiscrepancy:
     def load(self) -> "SamplingDiscrepancy":
         import torch
 
-        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        if self.dtype is None:
+            dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        elif self.dtype in ("float32", "bfloat16", "float16"):
+            dtype = getattr(torch, self.dtype)
+        else:
+            raise ValueError(f"lm_dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
         name = _local_gguf(self.model_name)
         self.tokenizer = _load_tokenizer(name)
         self.tokenizer.padding_side = "right"

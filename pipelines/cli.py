@@ -42,9 +42,11 @@ def _fit_lm_head(args, _):
     from filters.lm_detect import SamplingDiscrepancy
     from filters.train_synthetic import fit_lm_head
 
-    lm = SamplingDiscrepancy(args.lm_model, device=args.lm_device, max_tokens=args.lm_max_tokens).load()
+    lm = SamplingDiscrepancy(args.lm_model, device=args.lm_device, max_tokens=args.lm_max_tokens,
+                             dtype=args.lm_dtype).load()
     fitted = fit_lm_head(lm, args.data, per_class=args.per_class)
-    keys = ("lm_model", "lm_max_tokens", "lm_logit", "llm_generated_threshold")
+    fitted["lm_dtype"] = args.lm_dtype
+    keys = ("lm_model", "lm_max_tokens", "lm_dtype", "lm_logit", "llm_generated_threshold")
     print(f"# fitted on {fitted['fit_texts']} texts (discrepancy AUC {fitted['fit_auc_discrepancy']}), "
           f"threshold from {fitted['calibration_human_pages']} calibration human pages; add to your config:")
     print(yaml.safe_dump({"synthetic": {k: fitted[k] for k in keys}}, sort_keys=False), end="")
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     fl.add_argument("--data", required=True, help="the shared data folder (llm_detect/, mt_quality/, html/)")
     fl.add_argument("--lm-max-tokens", type=int, default=128)
     fl.add_argument("--lm-device", default="cpu")
+    fl.add_argument("--lm-dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                    help="default: bfloat16 on CUDA, float32 on CPU; calibrate with the dtype you will run")
     fl.add_argument("--per-class", type=int, default=150, help="human and machine training texts scored")
     fl.set_defaults(func=_fit_lm_head)
     sub.add_parser("train", help="pretrain on packed shards (see `curate train --help`)", add_help=False)

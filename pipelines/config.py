@@ -35,8 +35,8 @@ DEFAULTS: dict = {
     "quality": {},
     "synthetic": {"llm_model": None, "mt_model": None, "llm_generated_threshold": None,
                   "poor_mt_threshold": None, "max_chars": 1500, "lm_model": None, "lm_reference_model": None,
-                  "lm_discrepancy_threshold": None, "lm_logit": None, "lm_device": "cpu", "lm_max_tokens": 256,
-                  "lm_batch": 16},
+                  "lm_discrepancy_threshold": None, "lm_logit": None, "lm_device": "cpu", "lm_dtype": None,
+                  "lm_max_tokens": 256, "lm_batch": 16},
     "exact_dedup": {"survivor": "earliest_capture"},
     "near_dedup": dict(NEAR_DEFAULTS),
     "write": {"shards": 4},
@@ -61,14 +61,33 @@ def _merge(base: dict, override: dict, where: str = "") -> dict:
     return out
 
 
+def _read_yaml(path: str, seen: tuple = ()) -> dict:
+    """A config file's settings over those of its `base:` file (a path relative to it), if it names one."""
+    if path in seen:
+        raise ConfigError(f"config bases form a cycle: {' -> '.join(seen + (path,))}")
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return _merge_files(_read_yaml(str(Path(path).parent / base), seen + (path,)), data)
+
+
+def _merge_files(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        out[key] = _merge_files(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
 def load_config(path: str | None = None, **overrides) -> dict:
-    """Defaults <- YAML file (configs/local.yaml when none is given) <- non-None keyword overrides."""
+    """Defaults <- YAML file (configs/local.yaml when none is given; a file may name a `base:` file it
+    extends) <- non-None keyword overrides."""
     cfg = copy.deepcopy(DEFAULTS)
     if path is None and LOCAL_CONFIG.exists():
         path = str(LOCAL_CONFIG)
     if path:
-        with open(path, encoding="utf-8") as fh:
-            cfg = _merge(cfg, yaml.safe_load(fh) or {})
+        cfg = _merge(cfg, _read_yaml(path))
     cfg = _merge(cfg, {k: v for k, v in overrides.items() if v is not None})
     if isinstance(cfg["input"], str):
         cfg["input"] = [cfg["input"]]

@@ -290,3 +290,13 @@ def test_fit_lm_head_calibrates_the_discrepancy_on_training_texts(tiny_lm):
     assert math.isfinite(a) and math.isfinite(b) and 0.5 <= fitted["llm_generated_threshold"] <= 0.9999
     assert fitted["fit_texts"] == 16 and fitted["calibration_human_pages"] >= 1
     assert fitted["lm_max_tokens"] == 64 and fitted["lm_model"] == tiny_lm
+
+
+def test_dtype_is_configurable(tiny_lm):
+    text = ["Rain again this morning, so the market moved indoors; half the stalls never showed up."]
+    full = SamplingDiscrepancy(tiny_lm).load()
+    half = SamplingDiscrepancy.from_config({"lm_model": tiny_lm, "lm_dtype": "bfloat16"}).load()
+    assert full.model.dtype == torch.float32 and half.model.dtype == torch.bfloat16
+    assert half.score(text)[0] == pytest.approx(full.score(text)[0], abs=0.25)
+    with pytest.raises(ValueError, match="lm_dtype"):
+        SamplingDiscrepancy(tiny_lm, dtype="int4").load()

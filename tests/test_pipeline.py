@@ -164,6 +164,21 @@ def test_unknown_config_key_is_rejected(tmp_path):
         load_config(str(cfg))
 
 
+def test_a_config_extends_its_base(tmp_path):
+    (tmp_path / "base.yaml").write_text("workers: 3\nwrite: {shards: 7}\nsynthetic: {max_chars: 900}\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nsynthetic: {poor_mt_threshold: 0.99}\n")
+    cfg = load_config(str(tmp_path / "child.yaml"))
+    assert cfg["workers"] == 3 and cfg["write"]["shards"] == 7
+    assert cfg["synthetic"]["max_chars"] == 900 and cfg["synthetic"]["poor_mt_threshold"] == 0.99
+    (tmp_path / "base.yaml").write_text("base: child.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(str(tmp_path / "child.yaml"))
+    lm = load_config(str(ROOT / "configs" / "local_lm.yaml"))  # local.yaml + the LM head
+    local = load_config(str(ROOT / "configs" / "local.yaml"))
+    assert {k: v for k, v in lm.items() if k != "synthetic"} == {k: v for k, v in local.items() if k != "synthetic"}
+    assert lm["synthetic"]["lm_logit"] and lm["synthetic"]["llm_generated_threshold"]
+
+
 @pytest.mark.parametrize("name", ["local", "tiny", "dataflow", "flink", "spark"])
 def test_shipped_configs_load(name):
     cfg = load_config(str(ROOT / "configs" / f"{name}.yaml"))
