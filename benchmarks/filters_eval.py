@@ -76,7 +76,7 @@ class LLMScore:
     def __call__(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
         """(llm_generated, discrepancy or nan) per text."""
         from filters.lm_detect import document_sample
-        from filters.synthetic import add_evidence
+        from filters.synthetic import with_lm_head
 
         scores = [self.scorer.score(t, lg) for t, lg in zip(texts, langs)]
         p = np.array([s["llm_generated"] for s in scores])
@@ -86,8 +86,7 @@ class LLMScore:
             for i, v in zip(idx, self.lm.score([document_sample(texts[i], self.max_chars) for i in idx])):
                 if v is not None:
                     d[i] = v
-                    if self.lm_logit:
-                        p[i] = add_evidence(p[i], self.lm_logit[0] * v + self.lm_logit[1])
+                    p[i] = with_lm_head(p[i], v, self.lm_logit)
         return p, d
 
 

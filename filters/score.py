@@ -8,7 +8,7 @@ import json
 from filters.language import LanguageIdentifier
 from filters.lm_detect import SamplingDiscrepancy, document_sample
 from filters.quality import QualityConfig, QualityFilter
-from filters.synthetic import SyntheticTextScorer, add_evidence
+from filters.synthetic import SyntheticTextScorer, with_lm_head
 
 
 class TextScorer:
@@ -29,8 +29,7 @@ class TextScorer:
                   "quality_failed": failed, **self.synthetic.score(text, lang)}
         if self.lm is not None and scores["llm_generated_supported"]:
             d = scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
-            if self.lm_logit and d is not None:  # third head of llm_generated, as in the pipeline stage
-                scores["llm_generated"] = round(add_evidence(scores["llm_generated"], self.lm_logit[0] * d + self.lm_logit[1]), 6)
+            scores["llm_generated"] = with_lm_head(scores["llm_generated"], d, self.lm_logit)
         return scores
 
 

@@ -283,8 +283,16 @@ def combine(p: float, q: float) -> float:
 
 
 def add_evidence(p: float, logit: float) -> float:
-    """p with one more independent head's log-odds added (e.g. the calibrated LM discrepancy)."""
+    """p with one more independent head's log-odds added."""
     return _sigmoid(ft_logit(p) + logit)
+
+
+def with_lm_head(p: float, discrepancy: float | None, lm_logit) -> float:
+    """`llm_generated` with the LM head: the Fast-DetectGPT discrepancy d calibrated as log-odds
+    a*d + b (lm_logit = [a, b], from `curate fit-lm-head`); p itself without a calibration or a d."""
+    if not lm_logit or discrepancy is None:
+        return p
+    return round(add_evidence(p, lm_logit[0] * discrepancy + lm_logit[1]), 6)
 
 
 class SyntheticTextScorer:

@@ -37,8 +37,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from filters.synthetic import (MAX_CHARS as MAX_SAMPLE_CHARS, STAT_NAMES, STYLE_NAMES, _Classifier, ft_logit, normalize, prose_sample, stacked_prob,
-                               style_features, text_stats)
+from filters.synthetic import (MAX_CHARS as MAX_SAMPLE_CHARS, STAT_NAMES, STYLE_NAMES, _Classifier, ft_logit,
+                               normalize, prose_sample, stacked_prob, style_features, text_stats)
 
 # ---------------------------------------------------------------------------------------------- splits
 LLM_TEST_GENERATORS = ("gpt-4", "gpt-neox-20b", "opt-2.7b")  # never trained on
@@ -712,7 +712,7 @@ def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=N
     that keeps TARGET_HUMAN_FPR of the calibration human pages (never trained on) for the combined score.
     The LM is zero-shot, so a 2-parameter fit on a few hundred texts is all it needs."""
     from filters.lm_detect import document_sample
-    from filters.synthetic import SyntheticTextScorer, add_evidence
+    from filters.synthetic import SyntheticTextScorer, with_lm_head
 
     scorer = scorer or SyntheticTextScorer().load()
     items = items if items is not None else load_data("llm", data_dir, seed)
@@ -731,7 +731,7 @@ def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=N
 
     fit_rows = scored(fit)
     a, b = _fit_logistic_1d([d for d, _, _ in fit_rows], [y for *_, y in fit_rows])
-    combined = np.array([add_evidence(p, a * d + b) for d, p, _ in scored(calib)])
+    combined = np.array([with_lm_head(p, d, [a, b]) for d, p, _ in scored(calib)])
     thr = float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5
     return {"lm_model": lm.model_name, "lm_max_tokens": lm.max_tokens, "lm_logit": [round(a, 6), round(b, 6)],
             "llm_generated_threshold": round(min(max(thr, 0.5), 0.9999), 4),

@@ -336,14 +336,11 @@ class ScoreSyntheticText(DocumentStep):
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
-        from filters.synthetic import add_evidence
+        from filters.synthetic import with_lm_head
 
         scores = self.scorer.score(doc["text"], doc["lang"])
-        discrepancy = self.discrepancies.pop(doc["id"], None)
-        lm_logit = self.cfg.get("lm_logit")
-        if lm_logit and discrepancy is not None and scores["llm_generated_supported"]:
-            # the calibrated discrepancy is a third head of llm_generated (curate fit-lm-head)
-            scores["llm_generated"] = round(add_evidence(scores["llm_generated"], lm_logit[0] * discrepancy + lm_logit[1]), 6)
+        discrepancy = self.discrepancies.pop(doc["id"], None)  # only for languages the llm scorer judges
+        scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg.get("lm_logit"))
         values = {k: scores[k] for k in ("llm_generated", "llm_ngram", "llm_style", "poor_mt") if k in scores}
         if self.lm is not None:
             values["llm_lm_discrepancy"] = discrepancy
