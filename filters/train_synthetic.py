@@ -717,8 +717,9 @@ def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=N
     scorer = scorer or SyntheticTextScorer().load()
     items = items if items is not None else load_data("llm", data_dir, seed)
     train = [it for it in items if it["split"] == "train" and it["label"] in (0, 1)]
-    calib = [it for it in train if it["label"] == 0 and _fold(it["group"] + "#cal") == 0]
-    fit = [it for it in train if it["source"].startswith("fdg:") and not (it["label"] == 0 and _fold(it["group"] + "#cal") == 0)]
+    is_calib = [it["label"] == 0 and _fold(it["group"] + "#cal") == 0 for it in train]  # as in train_filter
+    calib = [it for it, c in zip(train, is_calib) if c]
+    fit = [it for it, c in zip(train, is_calib) if not c and it["source"].startswith("fdg:")]
     rng = random.Random(seed + 11)
     rng.shuffle(fit)
     fit = [it for it in fit if it["label"] == 0][:per_class] + [it for it in fit if it["label"] == 1][:per_class]

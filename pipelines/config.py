@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import yaml
@@ -63,6 +64,7 @@ def _merge(base: dict, override: dict, where: str = "") -> dict:
 
 def _read_yaml(path: str, seen: tuple = ()) -> dict:
     """A config file's settings over those of its `base:` file (a path relative to it), if it names one."""
+    path = os.path.realpath(path)
     if path in seen:
         raise ConfigError(f"config bases form a cycle: {' -> '.join(seen + (path,))}")
     with open(path, encoding="utf-8") as fh:
