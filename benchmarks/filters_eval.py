@@ -90,15 +90,14 @@ class LLMScore:
         return p, d
 
 
-def _scored(items, scorer, key, rng, *fields):
-    """Scores of each item's text (page-noised unless it is a raw page) under `key` (an LLMScore for
-    llm_generated), then one array per named field ("" where an item lacks it)."""
-    pages = [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
-    if isinstance(scorer, LLMScore):
-        scores, scorer.last_discrepancy = scorer(pages, [it["lang"] for it in items])
-    else:
-        scores = np.array([scorer.score(p, it["lang"])[key] for p, it in zip(pages, items)])
-    return (scores, *(np.array([it.get(f, "") for it in items]) for f in fields))
+def _pages(items, rng) -> list[str]:
+    """Each item's text made page-like (title, byline, boilerplate) unless it is a raw page."""
+    return [it["text"] if it.get("raw_page") else T.pageify(it["text"], rng) for it in items]
+
+
+def _fields(items, *names):
+    """One array per named item field ("" where an item lacks it)."""
+    return tuple(np.array([it.get(f, "") for it in items]) for f in names)
 
 
 def heldout(scorer, data_dir, thr, seed=0, llm=None) -> dict:
@@ -107,8 +106,8 @@ def heldout(scorer, data_dir, thr, seed=0, llm=None) -> dict:
     # ---- llm_generated
     llm = llm or LLMScore(scorer)
     items = [it for it in T.load_data("llm", data_dir, seed) if it["split"].startswith("test") and it["label"] in (0, 1)]
-    s, y, split, system, source = _scored(items, llm, "llm_generated", rng, "label", "split", "system", "source")
-    d = llm.last_discrepancy
+    s, d = llm(_pages(items, rng), [it["lang"] for it in items])
+    y, split, system, source = _fields(items, "label", "split", "system", "source")
     t = thr["llm_generated"]
     main = split == "test"
     res = {"threshold": t, "held_out_generators": list(T.LLM_TEST_GENERATORS)}
@@ -130,7 +129,8 @@ def heldout(scorer, data_dir, thr, seed=0, llm=None) -> dict:
     out["llm_generated"] = res
     # ---- poor_mt
     items = [it for it in T.load_data("mt", data_dir, seed) if it["split"] == "test"]
-    s, y, system, source, lang, kind = _scored(items, scorer, "poor_mt", rng, "label", "system", "source", "lang", "kind")
+    s = np.array([scorer.score(p, it["lang"])["poor_mt"] for p, it in zip(_pages(items, rng), items)])
+    y, system, source, lang, kind = _fields(items, "label", "system", "source", "lang", "kind")
     t = thr["poor_mt"]
     lab = y >= 0
     res = {"threshold": t, "held_out_systems": T.MT_TEST_SYSTEMS, "held_out_ted_talks": list(T.TED_TEST_TALKS),
@@ -297,7 +297,7 @@ def main():
         device = args.lm_device or section.get("lm_device") or "cpu"
         lm = SamplingDiscrepancy(lm_model, device=device, max_tokens=max_tokens, batch_size=section.get("lm_batch") or 16,
                                  dtype=section.get("lm_dtype")).load()
-        llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"))
+        llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"), section.get("max_chars") or 1500)
     report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr, llm=llm),
               "throughput": throughput(scorer, args.data, args.throughput_docs)}
     if llm.lm is not None:
