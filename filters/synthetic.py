@@ -295,6 +295,10 @@ def with_lm_head(p: float, discrepancy: float | None, lm_logit) -> float:
     return round(add_evidence(p, lm_logit[0] * discrepancy + lm_logit[1]), 6)
 
 
+def _base_lang(lang: str | None) -> str:
+    return (lang or "").split("_")[0].lower()
+
+
 class SyntheticTextScorer:
     """Probability that a document is LLM output (`llm_generated`) or poor MT (`poor_mt`).
 
@@ -336,9 +340,13 @@ class SyntheticTextScorer:
     def mt_langs(self) -> tuple:
         return tuple(self.load()._mt.meta.get("languages", MT_LANGS))
 
+    def judges_llm(self, lang: str | None) -> bool:
+        """Whether `llm_generated` is scored for this lid.176 code (e.g. "en", "en_US")."""
+        return _base_lang(lang) in self.llm_langs
+
     def score(self, text: str, lang: str = "en") -> dict:
         self.load()
-        lang = (lang or "").split("_")[0].lower()
+        lang = _base_lang(lang)
         sample = prose_sample(text or "", self.max_chars, self.min_prose_words)
         out = {"llm_generated": 0.0, "poor_mt": 0.0,
                "llm_generated_supported": lang in self.llm_langs, "poor_mt_supported": lang in self.mt_langs}

@@ -331,7 +331,7 @@ class ScoreSyntheticText(DocumentStep):
         if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
             from filters.lm_detect import document_sample
 
-            docs = [doc for doc in docs if (doc["lang"] or "").split("_")[0] in self.scorer.llm_langs]
+            docs = [doc for doc in docs if self.scorer.judges_llm(doc["lang"])]
             samples = [document_sample(doc["text"], self.cfg["max_chars"]) for doc in docs]
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
