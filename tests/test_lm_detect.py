@@ -37,6 +37,24 @@ def test_formula_matches_the_literal_criterion_and_ignores_padding():
     assert d[1].item() == pytest.approx(literal_discrepancy(logits[1, :7], reference[1, :7], labels[1, :7]), rel=1e-5)
 
 
+def test_formula_is_stable_at_large_logits_and_vocabularies():
+    # The variance is taken as E_q[z²] − E_q[z]² of max-shifted logits: check it against the float64
+    # literal criterion where logits span ±150 over a 20k vocabulary, in the white-box setting.
+    generator = torch.Generator().manual_seed(2)
+    logits = 40 * torch.randn(1, 16, 20000, generator=generator)
+    labels = torch.randint(20000, (1, 16), generator=generator)
+    d, _ = sampling_discrepancy(logits, logits, labels, torch.ones(1, 16))
+    assert d[0].item() == pytest.approx(literal_discrepancy(logits[0], logits[0], labels[0]), rel=1e-4)
+    # Positions are taken a chunk at a time: the chunk size changes nothing; bfloat16 logits are read
+    # into float32 and never written to.
+    assert sampling_discrepancy(logits, logits, labels, torch.ones(1, 16), chunk=3)[0].item() == d[0].item()
+    half = logits.bfloat16()
+    before = half.clone()
+    d_half, _ = sampling_discrepancy(half, half, labels, torch.ones(1, 16))
+    assert torch.equal(half, before)
+    assert d_half[0].item() == pytest.approx(literal_discrepancy(half[0].float(), half[0].float(), labels[0]), rel=1e-4)
+
+
 def test_sampled_text_scores_near_zero_and_mode_text_high():
     # Tokens drawn from q = p make d a standardised sum: ~N(0, 1). Each position's argmax makes it large.
     generator = torch.Generator().manual_seed(1)

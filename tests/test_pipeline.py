@@ -173,10 +173,11 @@ def test_a_config_extends_its_base(tmp_path):
     (tmp_path / "base.yaml").write_text("base: child.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(str(tmp_path / "child.yaml"))
-    lm = load_config(str(ROOT / "configs" / "local_lm.yaml"))  # local.yaml + the LM head
     local = load_config(str(ROOT / "configs" / "local.yaml"))
-    assert {k: v for k, v in lm.items() if k != "synthetic"} == {k: v for k, v in local.items() if k != "synthetic"}
-    assert lm["synthetic"]["lm_logit"] and lm["synthetic"]["llm_generated_threshold"]
+    for name in ("local_lm", "local_lm_smollm2"):  # local.yaml + an LM head
+        lm = load_config(str(ROOT / "configs" / f"{name}.yaml"))
+        assert {k: v for k, v in lm.items() if k != "synthetic"} == {k: v for k, v in local.items() if k != "synthetic"}
+        assert lm["synthetic"]["lm_logit"] and lm["synthetic"]["llm_generated_threshold"]
 
 
 @pytest.mark.parametrize("name", ["local", "tiny", "dataflow", "flink", "spark"])
