@@ -108,8 +108,8 @@ def _local_gguf(name: str) -> str:
 
 
 def _source(name: str) -> tuple[str, dict]:
-    """from_pretrained arguments: a `.gguf` file (llama.cpp format, dequantized by transformers on
-    load) is named by its folder and `gguf_file`; anything else is a model folder or hub id."""
+    """from_pretrained arguments: a `.gguf` file (llama.cpp format) is named by its folder and
+    `gguf_file`; anything else is a model folder or hub id."""
     import os
 
     if name.endswith(".gguf"):
@@ -138,7 +138,7 @@ def document_sample(text: str, max_chars: int) -> str:
     return prose_sample(text, max_chars) or text[:max_chars]
 
 
-def sampling_discrepancy(logits, reference_logits, labels, mask, chunk: int = 8):
+def sampling_discrepancy(logits, reference_logits, labels, mask, chunk: int | None = None):
     """(d per row, scored tokens per row) from the scoring model's logits (B, T, V), the sampling
     model's logits (B, T, V) (the same tensor in the white-box setting), next-token labels (B, T)
     and a 0/1 mask of real positions (B, T). Any float dtype in; the arithmetic is float32.
@@ -146,11 +146,13 @@ def sampling_discrepancy(logits, reference_logits, labels, mask, chunk: int = 8)
     With z the scoring logits shifted by their maximum, log p_t(v) = z_v − lse(z): the lse cancels in
     ll − μ (Σ_v q = 1) and a shift does not change a variance, so per position
         ll_t − μ_t = z_t(x_t) − E_q[z_t],   σ²_t = E_q[z_t²] − E_q[z_t]².
-    No log-softmax is materialised, and positions are taken `chunk` at a time so that the passes over
-    V run in cache: at Gemma 3's 262k vocabulary the naive form cost twice the forward pass."""
+    No log-softmax is materialised, and on a CPU positions are taken `chunk` (default 8) at a time so
+    that the passes over V run in cache: at Gemma 3's 262k vocabulary the naive form cost twice the
+    forward pass. On an accelerator a whole row is one chunk (fewer kernel launches)."""
     import torch
 
     B, T, _ = logits.shape
+    chunk = chunk or (8 if logits.device.type == "cpu" else max(T, 1))
     gap = torch.empty(B, T, device=logits.device)  # ll_t − μ_t
     var = torch.empty(B, T, device=logits.device)  # σ²_t
     for b in range(B):  # rows and position slices of a (B, T, V) view stay views: nothing is copied whole
