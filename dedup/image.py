@@ -74,10 +74,12 @@ DEFAULTS = {
     "formats": list(DEFAULT_FORMATS),
     # images not in the input WARCs (extract/fetch.py)
     "fetch": {
-        "enabled": True,
+        # off unless a config turns it on: the run then makes HTTP requests to hosts named in pages
+        "enabled": False,
         "user_agent": "curate-imagebot/0.1",
         "max_bytes": 10 << 20,
         "timeout_s": 10.0,       # per URL, redirects, retries and robots.txt included
+        "min_bytes_per_s": 1024,  # a slower response (after its first second) is abandoned: too_slow
         "retries": 2,
         "backoff_s": 1.0,
         "allow_private": False,  # True only for tests against 127.0.0.1
@@ -162,7 +164,9 @@ def rank_most_relevant(row: dict):
 
 # ---------------------------------------------------------------------------------- references
 class _ExtractRefs(beam.DoFn):
-    """Page -> (img URL, ref row) for each <img> that passes check_image_ref; the rest as drops.
+    """Page -> (img URL, ref row) for each <img> that passes check_image_ref; the rest as drops. A page
+    whose tags cannot be read (too large, undecodable, timed out) is one unit of `in`, dropped as
+    `page_<why>`, so no page disappears from the stage's accounting.
     A page is {"id", "url", "warc_file", "warc_date"?, and "html" (str) or "payload" (bytes) with
     "http_charset"}; read-stage rows with a non-HTML "source" (WET text) are skipped."""
 
@@ -177,32 +181,17 @@ class _ExtractRefs(beam.DoFn):
             self.lid = LanguageIdentifier()
 
     def process(self, page):
-        from extract.guard import DocumentTimeout, watchdog
-        from extract.html import ExtractionError, decode_html
-        from extract.images import check_image_ref, extract_images, page_disallows_ai
-
         if page.get("source", "html") != "html":
             return
         yield _count("pages")
-        html = page.get("html")
-        try:
-            if html is None:
-                payload = page.get("payload") or b""
-                if len(payload) > self.cfg["max_html_bytes"]:
-                    yield _count("pages_too_large")
-                    return
-                html = decode_html(payload, page.get("http_charset") or "").text
-            if len(html) > self.cfg["max_html_bytes"]:
-                yield _count("pages_too_large")
-                return
-            with watchdog().limit(self.cfg["timeout_ms"] / 1000):
-                refs = extract_images(html, page["url"], self.cfg["context_chars"])
-                noai = bool(refs) and page_disallows_ai(html)
-        except ExtractionError:
-            yield _count("pages_undecodable")
-            return
-        except DocumentTimeout:
-            yield _count("pages_timeout")
+        refs, noai, failure = self._refs(page)
+        if failure:  # its <img> tags cannot be known: the page itself is one unit of `in`, dropped
+            yield _count(f"pages_{failure}")
+            yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
+            row = {"id": xxhash.xxh3_128_hexdigest(f"{page['id']}/page".encode()), "page_id": page["id"],
+                   "page_url": page["url"], "warc_file": page.get("warc_file", ""),
+                   "warc_date": page.get("warc_date", ""), "img_url": "", "position": -1, "alt": ""}
+            yield _drop(row, f"page_{failure}")
             return
         if refs:
             yield _count("pages_with_img")
@@ -213,11 +202,37 @@ class _ExtractRefs(beam.DoFn):
                    "warc_date": page.get("warc_date", ""), "img_url": ref.url, "position": ref.position,
                    "alt": ref.alt, "context_before": ref.context_before, "context_after": ref.context_after,
                    "declared_width": ref.width, "declared_height": ref.height}
+            from extract.images import check_image_ref
+
             reason = "page_noai" if noai else check_image_ref(ref, self.cfg, self.lid)
             if reason:
                 yield _drop(row, reason)
             else:
                 yield ref.url, row
+
+
+    def _refs(self, page) -> tuple[list, bool, str]:
+        """(image references, page opted out of AI use, failure: "" or why the page was not parsed)."""
+        from extract.guard import DocumentTimeout, watchdog
+        from extract.html import ExtractionError, decode_html
+        from extract.images import extract_images, page_disallows_ai
+
+        html = page.get("html")
+        try:
+            if html is None:
+                payload = page.get("payload") or b""
+                if len(payload) > self.cfg["max_html_bytes"]:
+                    return [], False, "too_large"
+                html = decode_html(payload, page.get("http_charset") or "").text
+            if len(html) > self.cfg["max_html_bytes"]:
+                return [], False, "too_large"
+            with watchdog().limit(self.cfg["timeout_ms"] / 1000):
+                refs = extract_images(html, page["url"], self.cfg["context_chars"])
+                return refs, bool(refs) and page_disallows_ai(html), ""
+        except ExtractionError:
+            return [], False, "undecodable"
+        except DocumentTimeout:
+            return [], False, "timeout"
 
 
 # ------------------------------------------------------------------------------------ image bytes
@@ -262,7 +277,8 @@ class _Fetch(beam.DoFn):
 
         c = self.cfg
         self.fetcher = SafeFetcher(c["user_agent"], c["max_bytes"], c["timeout_s"], c["retries"], c["backoff_s"],
-                                   allow_private=c["allow_private"], respect_robots=c["respect_robots"])
+                                   allow_private=c["allow_private"], respect_robots=c["respect_robots"],
+                                   min_bytes_per_s=c["min_bytes_per_s"])
         self.pool = ThreadPoolExecutor(max_workers=c["threads"])
 
     def teardown(self):

@@ -320,23 +320,28 @@ class _AttachRoot(beam.DoFn):
 
 class ChooseSurvivor(beam.DoFn):
     """(key, docs) -> the doc with the smallest (rank(doc), id); the others as DUPLICATES
-    (doc, survivor_id, cluster_size). First pass ranks and counts, second pass emits; counters are
-    `<prefix>clusters` and `<prefix>cluster_size/<bin>` for groups of two or more."""
+    (doc, survivor_id, cluster_size). Exactly one doc survives even when an id occurs twice (one
+    record copied into two input files): the copy read from the smallest (warc_file, warc_offset).
+    First pass ranks and counts, second pass emits; counters are `<prefix>clusters` and
+    `<prefix>cluster_size/<bin>` for groups of two or more."""
 
     def __init__(self, rank, prefix: str = PREFIX):
         self.rank, self.prefix = rank, prefix
+
+    def _key(self, doc):
+        return self.rank(doc), doc["id"], doc.get("warc_file") or "", doc.get("warc_offset") or 0
 
     def process(self, element):
         _, docs = element
         size, best = 0, None
         for doc in docs:
             size += 1
-            key = (self.rank(doc), doc["id"])
+            key = self._key(doc)
             if best is None or key < best:
                 best = key
         survivor = best[1]
         for doc in docs:
-            if doc["id"] == survivor:
+            if self._key(doc) == best:
                 yield doc
             else:
                 yield beam.pvalue.TaggedOutput(DUPLICATES, (doc, survivor, size))

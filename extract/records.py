@@ -16,9 +16,10 @@ GENERIC_TYPES = {"", "application/octet-stream", "unk", "application/unknown", "
 DOCUMENT_TYPES = {"response", "resource", "conversion", "revisit"}  # records that stand for a page
 
 
-def doc_id(raw: RawRecord, warc_file: str) -> str:
-    """Stable 128-bit id: from WARC-Record-ID (globally unique), else file name + offset."""
-    key = raw.record_id or f"{os.path.basename(warc_file)}@{raw.offset}"
+def doc_id(raw: RawRecord, warc_file: str, index: int = 0) -> str:
+    """Stable 128-bit id: from WARC-Record-ID (globally unique), else file name + offset (+ the
+    record's index among those sharing its offset, i.e. inside one multi-record gzip member)."""
+    key = raw.record_id or f"{os.path.basename(warc_file)}@{raw.offset}" + (f"#{index}" if index else "")
     return xxhash.xxh3_128_hexdigest(key.encode())
 
 

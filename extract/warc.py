@@ -1,20 +1,36 @@
-"""Robust WARC / WET record reading.
+"""Robust WARC / WET record reading: every byte of a file ends in a record or a reason-coded unit.
 
-Common Crawl writes one gzip member per record, so a file is a sequence of independent members.
-Intact files are read by fastwarc directly (fast path). At the first sign of damage (fastwarc stops on
-a corrupt member, and cannot tell a truncated last member from a whole one) we switch to splitting
-members ourselves (zlib, streaming) and handing each member's bytes to fastwarc, so a corrupt or
-truncated member costs exactly one reason-coded record instead of the rest of the file. Offsets are
-gzip member offsets, as the CC index uses. Uncompressed WARC/WET files go straight to fastwarc.
+Three containers, as they occur in the wild:
+- **gzip per record** (Common Crawl; the WARC 1.1 standard's Annex D recommends it): a file is a
+  sequence of independent gzip members. Intact files are read by fastwarc directly (the fast path).
+  fastwarc reports a record's position as the compressed stream position when the record began,
+  which is its member's start only while every member holds one record, so each position is checked
+  against the raw bytes just read (a gzip header must begin there, and positions must increase).
+  At the first sign of trouble (fastwarc stops on a corrupt member; a position that is no member
+  start; and always the last record, since fastwarc yields a truncated final member as if it were
+  whole) the reader switches to splitting members itself (zlib, streaming) from the last member start
+  it verified, so a corrupt or truncated member costs exactly one reason-coded unit and no record is
+  read twice.
+- **multi-record gzip members**, including **whole-file gzip** (`gzip file.warc`): a member is
+  inflated as a stream and framed like an uncompressed file; its records share the member's offset,
+  the only position one can seek to.
+- **uncompressed** WARC/WET: framed record by record (version line, header block, Content-Length,
+  trailer), each record's bytes parsed by fastwarc. A damaged version line, a Content-Length that
+  does not end at the next record, or junk between records costs one unit (with the bytes skipped),
+  and reading resynchronises on the next `WARC/1.x` version line.
 
-Every unit read yields one `RawRecord` (a parsed record) or one `ReadError` (a reason code): nothing is
-skipped silently, so the read stage can prove `in = out + sum(dropped)`.
+Offsets are gzip member offsets (what the Common Crawl index stores) or, uncompressed, the record's
+byte offset. Every unit yields one `RawRecord` or one `ReadError`, so the read stage can prove
+`in = out + sum(dropped)`; `ReadError.skipped` says how many bytes the damaged unit cost (compressed
+bytes for a gzip member, decompressed bytes inside one).
 """
 
 from __future__ import annotations
 
 import io
+import re
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -22,6 +38,16 @@ from fastwarc.warc import ArchiveIterator, WarcRecordType
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 READ_CHUNK = 1 << 16
+# A member that has inflated over this many times its compressed size and holds junk longer than the
+# record cap is a decompression bomb (deflate's limit is about 1032:1; WARC text inflates 3-10 times).
+BOMB_RATIO = 100
+SNIFF_BYTES = 1 << 16  # read to tell gzip from plain, also when the first gzip header is damaged
+MAX_HEADER_BYTES = 1 << 16  # a header block longer than this is damage, not a header
+# The version line that starts a record (WARC 1.0/1.1, and the 0.17/0.18 drafts old crawls used).
+VERSION_LINE = re.compile(rb"WARC/(?:1\.[01]|0\.1[78])\r?\n")
+VERSION_LINE_MAX = 11
+CONTENT_LENGTH = re.compile(rb"\ncontent-length[ \t]*:[ \t]*(\d{1,19})[ \t]*\r?\n", re.I)
+BLANK = b"\r\n"
 
 
 @dataclass
@@ -45,11 +71,13 @@ class RawRecord:
 
 @dataclass
 class ReadError:
-    """A unit of the file that could not be read as a record, with the reason and where it was."""
+    """A unit of the file that could not be read as a record: why, where it began, and how many
+    bytes it cost."""
 
     reason: str
     offset: int
     detail: str = ""
+    skipped: int = 0
 
 
 def _mime(value: str | None) -> str:
@@ -59,54 +87,268 @@ def _mime(value: str | None) -> str:
 _DOCUMENT_TYPES = WarcRecordType.response | WarcRecordType.resource | WarcRecordType.conversion | WarcRecordType.revisit
 
 
-def _records_from_stream(stream: BinaryIO, offset: int | None, max_payload: int) -> Iterator[RawRecord | ReadError]:
-    """Parse every record in `stream` with fastwarc. `offset` fixes the reported offset (gzip member start).
-    Records that cannot hold a document (request, metadata, warcinfo) are only typed and counted:
-    parsing their headers would cost more than everything else the reader does."""
-    for rec in ArchiveIterator(stream, parse_http=False, strict_mode=False):
-        rtype = rec.record_type
-        pos = offset if offset is not None else rec.stream_pos
-        if not rtype & _DOCUMENT_TYPES:
-            if str(rtype) == "unknown" and not rec.headers.get("WARC-Record-ID"):
-                yield ReadError("bad_warc_header", pos, "no WARC-Type / WARC-Record-ID")
-            else:
-                yield RawRecord(warc_type=str(rtype), record_id="", url="", offset=pos)
-            continue
-        if rec.content_length > max_payload:
-            yield ReadError("record_too_large", pos, f"{rec.content_length} bytes")
-            continue
-        headers = rec.headers
-        raw = RawRecord(
-            warc_type=str(rtype),
-            record_id=rec.record_id or "",
-            url=headers.get("WARC-Target-URI") or "",
-            offset=pos,
-            date=headers.get("WARC-Date") or "",
-            identified_type=_mime(headers.get("WARC-Identified-Payload-Type")),
-            block_content_type=_mime(headers.get("Content-Type")),
-            warc_truncated=headers.get("WARC-Truncated") or "",
-        )
-        if raw.block_content_type.startswith("application/http"):
-            rec.parse_http(strict_mode=False)
-            raw.http_status = rec.http_headers.status_code
-            raw.http_content_type = _mime(rec.http_content_type)
-            raw.http_charset = (rec.http_charset or "").lower()
-            raw.x_robots_tag = rec.http_headers.get("X-Robots-Tag") or ""
-        raw.payload = rec.reader.read()
-        yield raw
+def _raw_record(rec, pos: int, max_payload: int) -> RawRecord | ReadError:
+    """A fastwarc record as a RawRecord (or a ReadError). Records that cannot hold a document
+    (request, metadata, warcinfo) are only typed: parsing their headers would cost more than
+    everything else the reader does."""
+    rtype = rec.record_type
+    if not rtype & _DOCUMENT_TYPES:
+        if str(rtype) == "unknown" and not rec.headers.get("WARC-Record-ID"):
+            return ReadError("bad_warc_header", pos, "no WARC-Type / WARC-Record-ID")
+        return RawRecord(warc_type=str(rtype), record_id="", url="", offset=pos)
+    if rec.content_length > max_payload:
+        return ReadError("record_too_large", pos, f"{rec.content_length} bytes", rec.content_length)
+    headers = rec.headers
+    raw = RawRecord(
+        warc_type=str(rtype),
+        record_id=rec.record_id or "",
+        url=headers.get("WARC-Target-URI") or "",
+        offset=pos,
+        date=headers.get("WARC-Date") or "",
+        identified_type=_mime(headers.get("WARC-Identified-Payload-Type")),
+        block_content_type=_mime(headers.get("Content-Type")),
+        warc_truncated=headers.get("WARC-Truncated") or "",
+    )
+    if raw.block_content_type.startswith("application/http"):
+        rec.parse_http(strict_mode=False)
+        raw.http_status = rec.http_headers.status_code
+        raw.http_content_type = _mime(rec.http_content_type)
+        raw.http_charset = (rec.http_charset or "").lower()
+        raw.x_robots_tag = rec.http_headers.get("X-Robots-Tag") or ""
+    raw.payload = rec.reader.read()
+    return raw
 
 
-class _MemberSplitter:
-    """Streams a gzip file member by member: yields (member_offset, bytes | None, error_reason)."""
+def _parse_framed(block: bytes, pos: int, max_payload: int) -> RawRecord | ReadError:
+    """Parse the bytes of exactly one framed record with fastwarc."""
+    try:
+        for rec in ArchiveIterator(io.BytesIO(block), parse_http=False, strict_mode=False):
+            return _raw_record(rec, pos, max_payload)
+    except BaseException as exc:  # fastwarc raises (or panics) on unparseable input: count it
+        _reraise_interrupts(exc)
+        return ReadError("bad_warc_header", pos, repr(exc)[:200], len(block))
+    return ReadError("bad_warc_header", pos, block[:60].decode("latin-1"), len(block))
 
-    def __init__(self, stream: BinaryIO, max_member_bytes: int, start: int = 0):
-        self.stream = stream  # positioned at file offset `start`
-        self.max_member_bytes = max_member_bytes
+
+# --------------------------------------------------------------------------- uncompressed framing
+class _Framer:
+    """Splits an uncompressed WARC stream into records. `read(n)` supplies the bytes (a file, or a
+    gzip member being inflated). With `offset` set (a gzip member's), every unit reports it; else each
+    unit reports its own byte offset. `source_damaged()` tells whether the source ended early (a
+    corrupt or truncated member): an incomplete record at its end is then the member's loss, which
+    the caller reports, not a unit of its own. When `is_bomb(junk bytes)` says a stretch of junk is a
+    decompression bomb's, the framing ends (`abandoned`) instead of inflating it to its end."""
+
+    def __init__(self, read, max_record_bytes: int, offset: int | None = None,
+                 source_damaged=lambda: False, is_bomb=lambda junk: False):
+        self.read, self.max_record_bytes, self.offset = read, max_record_bytes, offset
+        self.source_damaged, self.is_bomb = source_damaged, is_bomb
         self.buf = bytearray()
-        self.buf_start = self.start = start  # file offset of buf[0]
-        self.eof = False
+        self.buf_pos = 0  # stream position of buf[0]
+        self.eof = self.abandoned = False
 
     def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.read(READ_CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def _have(self, n: int) -> bool:
+        while len(self.buf) < n:
+            if not self._fill():
+                return False
+        return True
+
+    def _consume(self, n: int) -> None:
+        del self.buf[:n]
+        self.buf_pos += n
+
+    def _unit(self, reason: str, start: int, detail: str, cost: int) -> ReadError:
+        detail = f"{detail}; {cost} bytes skipped" if detail else f"{cost} bytes skipped"
+        return ReadError(reason, start if self.offset is None else self.offset, detail, cost)
+
+    def _blank_then(self, i: int) -> int | None:
+        """Index of the first byte at or after `i` that is not CR/LF (reading ahead), None at EOF."""
+        while True:
+            while i < len(self.buf) and self.buf[i] in BLANK:
+                i += 1
+            if i < len(self.buf):
+                return i
+            if not self._fill():
+                return None
+
+    def _starts_record(self, i: int) -> bool:
+        self._have(i + VERSION_LINE_MAX)
+        return VERSION_LINE.match(self.buf, i) is not None
+
+    def __iter__(self) -> Iterator[RawRecord | ReadError]:
+        while True:
+            first = self._blank_then(0)
+            if first is None:
+                return
+            self._consume(first)
+            start = self.buf_pos
+            if not self._starts_record(0):
+                yield self._skip_to_next(start, "not_warc_data", "", 0)
+            else:
+                yield from self._record(start)
+            if self.abandoned:
+                return
+
+    def _record(self, start: int) -> Iterator[RawRecord | ReadError]:
+        header_end = self._header_end()
+        if header_end is None:
+            if self.eof and self.source_damaged():
+                self._consume(len(self.buf))  # the member broke off inside this header: its loss
+            else:
+                yield self._skip_to_next(start, "bad_warc_header", "no end of header block", 1)
+            return
+        m = CONTENT_LENGTH.search(self.buf, 0, header_end)
+        if m is None:
+            yield self._skip_to_next(start, "bad_warc_header", "no Content-Length", 1)
+            return
+        length = int(m.group(1))
+        if length > self.max_record_bytes:
+            yield self._skip_block(start, header_end, length)
+            return
+        end = header_end + length
+        if not self._have(end):
+            if self.source_damaged():
+                self._consume(len(self.buf))  # the member broke off inside this record: its loss
+            else:
+                yield self._skip_to_next(start, "truncated_record", f"Content-Length {length}", 1)
+            return
+        if not self._ends_block(end):
+            if self.eof and self.source_damaged():
+                self._consume(len(self.buf))  # it broke off inside the next record
+                return
+            yield self._skip_to_next(start, "bad_content_length", f"Content-Length {length}", 1)
+            return
+        item = _parse_framed(bytes(self.buf[:end]), start if self.offset is None else self.offset,
+                             self.max_record_bytes)
+        self._consume(end)
+        yield item
+
+    def _ends_block(self, end: int) -> bool:
+        """Whether a block of the declared length ends at `end`: the standard's CRLF CRLF trailer
+        (whatever follows is the next unit's business), or, from writers that deviate, blank bytes up
+        to the next version line or the end of the stream."""
+        self._have(end + 4)
+        if self.buf[end:end + 4] == b"\r\n\r\n":
+            return True
+        nxt = self._blank_then(end)
+        return nxt is None or self._starts_record(nxt)
+
+    def _header_end(self) -> int | None:
+        """Index just past the blank line that ends the header block at buf[0], or None."""
+        searched = 0
+        while True:
+            crlf = self.buf.find(b"\r\n\r\n", max(searched - 3, 0), MAX_HEADER_BYTES)
+            # writers that end header lines with bare LF: only before a CRLF end (keeps the scan short)
+            lf = self.buf.find(b"\n\n", max(searched - 1, 0), crlf if crlf >= 0 else MAX_HEADER_BYTES)
+            if lf >= 0:
+                return lf + 2
+            if crlf >= 0:
+                return crlf + 4
+            searched = len(self.buf)
+            if searched >= MAX_HEADER_BYTES or not self._fill():
+                return None
+
+    def _skip_to_next(self, start: int, reason: str, detail: str, search_from: int) -> ReadError:
+        """One damaged unit from `start` to the next version line (or the end of the stream),
+        consumed as it is searched so junk is never held in memory."""
+        cost = 0
+        while True:
+            m = VERSION_LINE.search(self.buf, search_from)
+            if m:
+                cost += m.start()
+                self._consume(m.start())
+                return self._unit(reason, start, detail, cost)
+            keep = min(len(self.buf), VERSION_LINE_MAX - 1)  # a version line may straddle two reads
+            cost += len(self.buf) - keep
+            self._consume(len(self.buf) - keep)
+            search_from = 0
+            if self.is_bomb(cost):
+                self.abandoned = True
+                return self._unit(reason, start, f"{detail}; gave up".lstrip("; "), cost)
+            if not self._fill():
+                cost += len(self.buf)
+                self._consume(len(self.buf))
+                return self._unit(reason, start, detail, cost)
+
+    def _skip_block(self, start: int, header_end: int, length: int) -> ReadError:
+        """A record over the size cap: its block is streamed past, never held."""
+        remaining = header_end + length
+        while remaining > 0 and (self.buf or self._fill()):
+            n = min(remaining, len(self.buf))
+            self._consume(n)
+            remaining -= n
+        return ReadError("record_too_large", start if self.offset is None else self.offset,
+                         f"{length} bytes", header_end + length)
+
+
+# ---------------------------------------------------------------------------------- gzip members
+class _Member:
+    """One gzip member inflated on demand (`read`), from the compressed bytes of `_Members`."""
+
+    def __init__(self, members: "_Members", start: int):
+        self.members, self.start = members, start
+        self.inflater = zlib.decompressobj(31)
+        self.fed = 0            # compressed bytes of this member handed to zlib
+        self.pending = b""      # inflated bytes not yet read
+        self.error = ""         # "corrupt_gzip_member:<zlib message>" or "truncated_gzip_member"
+        self.inflated = 0
+
+    @property
+    def done(self) -> bool:
+        return self.inflater.eof or bool(self.error)
+
+    def read(self, n: int) -> bytes:
+        while not self.pending and not self.done:
+            self._inflate()
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    def _inflate(self) -> None:
+        m = self.members
+        if self.inflater.unconsumed_tail:
+            piece = self.inflater.unconsumed_tail
+        else:
+            offset = self.start - m.buf_start + self.fed
+            if offset >= len(m.buf) and not m.fill():
+                self.error = "truncated_gzip_member"
+                return
+            piece = bytes(m.buf[offset:offset + READ_CHUNK])
+            self.fed += len(piece)
+        try:
+            self.pending = self.inflater.decompress(piece, READ_CHUNK)
+        except zlib.error as exc:
+            self.error = f"corrupt_gzip_member:{exc}"
+            return
+        self.inflated += len(self.pending)
+
+    def end(self) -> int:
+        """File offset just past this member (inflating whatever the framer left)."""
+        while not self.done:
+            self.pending = b""
+            self._inflate()
+        return self.start + self.fed - len(self.inflater.unused_data)
+
+
+class _Members:
+    """Streams a gzip file member by member, from file offset `start` (the stream is there)."""
+
+    def __init__(self, stream: BinaryIO, start: int = 0):
+        self.stream = stream
+        self.buf = bytearray()
+        self.buf_start = start  # file offset of buf[0]
+        self.eof = False
+
+    def fill(self) -> bool:
         if self.eof:
             return False
         chunk = self.stream.read(READ_CHUNK)
@@ -116,130 +358,188 @@ class _MemberSplitter:
         self.buf += chunk
         return True
 
-    def _drop_before(self, file_pos: int) -> None:
-        del self.buf[: file_pos - self.buf_start]
-        self.buf_start = file_pos
+    def drop_before(self, pos: int) -> None:
+        del self.buf[: pos - self.buf_start]
+        self.buf_start = pos
 
-    def _resync(self, after: int) -> int | None:
-        """File offset of the next gzip magic after `after`, reading ahead as needed."""
+    def next_magic(self, after: int) -> int | None:
+        """File offset of the next gzip header after `after`, reading ahead as needed."""
         search_from = after + 1
         while True:
-            i = self.buf.find(GZIP_MAGIC, search_from - self.buf_start)
+            i = self.buf.find(GZIP_MAGIC, max(search_from - self.buf_start, 0))
             if i >= 0:
                 return self.buf_start + i
             search_from = max(self.buf_start + len(self.buf) - len(GZIP_MAGIC) + 1, search_from)
-            if not self._fill():
+            self.drop_before(max(self.buf_start, search_from - len(GZIP_MAGIC)))
+            if not self.fill():
                 return None
 
-    def __iter__(self) -> Iterator[tuple[int, bytes | None, str]]:
-        pos = self.start
-        while True:
-            self._drop_before(pos)
-            while len(self.buf) < len(GZIP_MAGIC) and self._fill():
-                pass
-            if not self.buf:
-                return
-            if not self.buf.startswith(GZIP_MAGIC):
-                nxt = self._resync(pos)
-                yield pos, None, "not_gzip_data"
-                if nxt is None:
-                    return
-                pos = nxt
-                continue
-            start = pos
-            d = zlib.decompressobj(31)
-            out, out_len, fed, too_large = [], 0, 0, False
-            try:
-                while not d.eof:
-                    if fed >= len(self.buf) and not self._fill():
-                        break
-                    piece = bytes(self.buf[fed:fed + READ_CHUNK])
-                    fed += len(piece)
-                    data = d.decompress(piece)
-                    while True:
-                        if not too_large:
-                            out.append(data)
-                            out_len += len(data)
-                            too_large = out_len > self.max_member_bytes
-                            if too_large:
-                                out = []
-                        if not d.unconsumed_tail:
-                            break
-                        data = d.decompress(d.unconsumed_tail)
-            except zlib.error as exc:
-                nxt = self._resync(start)
-                yield start, None, f"corrupt_gzip_member:{exc}"
-                if nxt is None:
-                    return
-                pos = nxt
-                continue
-            if not d.eof:
-                yield start, None, "truncated_gzip_member"
-                return
-            pos = start + fed - len(d.unused_data)
-            if too_large:
-                yield start, None, "record_too_large"
-            else:
-                yield start, b"".join(out), ""
+    def at(self, pos: int, n: int) -> bytes:
+        while len(self.buf) < pos - self.buf_start + n and self.fill():
+            pass
+        return bytes(self.buf[pos - self.buf_start:pos - self.buf_start + n])
 
 
-def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator[RawRecord | ReadError]:
-    """Yield every record (or read error) of a WARC/WET file, gzip-per-record or uncompressed."""
-    head = stream.read(2)
-    seekable = stream.seekable()
-    if seekable:
-        stream.seek(0)
-    rest = stream if seekable else io.BufferedReader(_Prepend(head, stream))
-    if head != GZIP_MAGIC[:2]:
-        try:
-            yield from _records_from_stream(rest, None, max_record_bytes)
-        except BaseException as exc:  # fastwarc raises (or panics) on unparseable input: count it
-            _reraise_interrupts(exc)
-            yield ReadError("bad_warc_header", -1, repr(exc)[:200])
-        return
-    resume = 0
-    if seekable:
-        resume = yield from _fast_gzip_records(rest, max_record_bytes)
-        rest.seek(resume)
-    yield from _robust_gzip_records(rest, max_record_bytes, resume)
+def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterator[RawRecord | ReadError]:
+    """Member by member from file offset `start`: each member's records, or one unit per damage."""
+    members = _Members(stream, start)
+    pos = start
+    while True:
+        members.drop_before(pos)
+        head = members.at(pos, len(GZIP_MAGIC))
+        if not head:
+            return
+        if head != GZIP_MAGIC:
+            nxt = members.next_magic(pos)
+            end = nxt if nxt is not None else members.buf_start + len(members.buf)
+            yield ReadError("not_gzip_data", pos, f"{end - pos} bytes skipped", end - pos)
+            if nxt is None:
+                return
+            pos = nxt
+            continue
+        member = _Member(members, pos)
+        framer = _Framer(member.read, max_record_bytes, pos, lambda: bool(member.error),
+                         is_bomb=lambda junk: junk > max_record_bytes and member.inflated > BOMB_RATIO * member.fed)
+        records, held = 0, []  # the framer's damage units wait: a member that breaks off owns them
+        for item in framer:
+            if isinstance(item, ReadError):
+                held.append(item)
+                continue
+            yield from held
+            held = []
+            records += 1
+            yield item
+        if framer.abandoned and not member.error:  # a decompression bomb's junk: stop inflating it
+            yield from held
+            nxt = members.next_magic(pos)
+            if nxt is None:
+                return
+            pos = nxt
+            continue
+        end = member.end()
+        if member.error:  # corrupt, or cut off (at the end of the file, or by the next member)
+            reason, _, detail = member.error.partition(":")
+            nxt = members.next_magic(pos)
+            skipped = (nxt if nxt is not None else members.buf_start + len(members.buf)) - pos
+            yield ReadError(reason, pos, detail, skipped)
+            if nxt is None:
+                return
+            pos = nxt
+            continue
+        yield from held
+        if records == 0 and not held:
+            yield ReadError("empty_gzip_member", pos, "", end - pos)
+        pos = end
+
+
+# ------------------------------------------------------------------------------------- fast path
+class _TrackedReader:
+    """The file as fastwarc reads it, keeping the raw chunks read since the last verified record
+    (fastwarc reads ahead of the record it yields), so that a reported record position can be
+    checked against the bytes that were really there."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.pos = 0
+        self.chunks: deque[tuple[int, bytes]] = deque()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = self.stream.seek(offset, whence)
+        self.chunks.clear()
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        if data:
+            self.chunks.append((self.pos, data))
+            self.pos += len(data)
+        return data
+
+    def gzip_header_at(self, pos: int) -> bool:
+        """Whether a gzip member starts at `pos`; chunks wholly before it are released."""
+        while len(self.chunks) > 1 and self.chunks[0][0] + len(self.chunks[0][1]) <= pos:
+            self.chunks.popleft()
+        head = b""
+        for start, data in self.chunks:
+            if start <= pos + len(head) < start + len(data):
+                i = pos + len(head) - start
+                head += data[i:i + len(GZIP_MAGIC) - len(head)]
+                if len(head) == len(GZIP_MAGIC):
+                    break
+        return head == GZIP_MAGIC
 
 
 def _fast_gzip_records(stream: BinaryIO, max_record_bytes: int):
-    """fastwarc over the whole gzip file, the fast path for intact files. The record last seen is held
-    back: fastwarc yields a truncated final member as if it were whole, and stops with OSError at a
-    corrupt one. Returns the offset of the held-back record, where the member-by-member reader resumes
-    (re-reading that one member, and everything after a corruption, with reason-coded errors)."""
-    held = None
+    """fastwarc over the whole gzip file, the fast path for intact per-record files. A record is
+    yielded only once its successor is seen at a later, verified member start (so its member held
+    it alone and ended); the last record is always held back. Returns the offset of the held-back
+    record's member, where the member-by-member reader resumes."""
+    tracked = _TrackedReader(stream)
+    held, last = None, -1
     try:
-        for item in _records_from_stream(stream, None, max_record_bytes):
+        for rec in ArchiveIterator(tracked, parse_http=False, strict_mode=False):
+            pos = rec.stream_pos
+            if pos <= last or not tracked.gzip_header_at(pos):
+                break  # the held record's member holds more records: frame it ourselves
+            item = _raw_record(rec, pos, max_record_bytes)
             if held is not None:
                 yield held
-            held = item
-    except BaseException as exc:
+            held, last = item, pos
+    except BaseException as exc:  # a corrupt member stops fastwarc (OSError, or a Rust panic)
         _reraise_interrupts(exc)
     return held.offset if held is not None else 0
 
 
-def _robust_gzip_records(stream: BinaryIO, max_record_bytes: int, start: int):
-    for offset, member, error in _MemberSplitter(stream, max_record_bytes, start):
-        if member is None:
-            reason, _, detail = error.partition(":")
-            yield ReadError(reason, offset, detail)
-            continue
-        if not member.strip():
-            yield ReadError("empty_gzip_member", offset)
-            continue
-        n = 0
-        try:
-            for item in _records_from_stream(io.BytesIO(member), offset, max_record_bytes):
-                n += 1
-                yield item
-        except BaseException as exc:
-            _reraise_interrupts(exc)
-            yield ReadError("bad_warc_header", offset, repr(exc)[:200])
-            continue
-        if n == 0:
-            yield ReadError("bad_warc_header", offset, member[:60].decode("latin-1"))
+def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator[RawRecord | ReadError]:
+    """Yield every record (or read error) of a WARC/WET file: gzip per record, multi-record or
+    whole-file gzip, or uncompressed. A file with no unit at all (empty) yields `empty_file`."""
+    head = b""
+    while len(head) < SNIFF_BYTES:  # a raw stream may return less than asked for
+        chunk = stream.read(SNIFF_BYTES - len(head))
+        if not chunk:
+            break
+        head += chunk
+    seekable = stream.seekable()
+    if seekable:
+        stream.seek(0)
+    rest = stream if seekable else io.BufferedReader(_Prepend(head, stream))
+    units = 0
+    if head.startswith(GZIP_MAGIC[:2]):
+        items = _gzip_units(rest, max_record_bytes, seekable)
+    elif _gzip_after_damage(head):  # damage before the first member: the member reader skips it
+        items = _gzip_records(rest, max_record_bytes, 0)
+    else:
+        items = _Framer(rest.read, max_record_bytes)
+    for item in items:
+        units += 1
+        yield item
+    if units == 0:
+        yield ReadError("empty_file", 0)
+
+
+def _gzip_after_damage(head: bytes) -> bool:
+    """A file that does not start with a gzip header is still gzip when one appears in its first
+    bytes before any WARC version line (a damaged first member), which a plain WARC never has."""
+    magic = head.find(GZIP_MAGIC)
+    version = VERSION_LINE.search(head)
+    return magic >= 0 and (version is None or magic < version.start())
+
+
+def _gzip_units(stream: BinaryIO, max_record_bytes: int, seekable: bool):
+    resume = 0
+    if seekable:
+        resume = yield from _fast_gzip_records(stream, max_record_bytes)
+        stream.seek(resume)
+    yield from _gzip_records(stream, max_record_bytes, resume)
 
 
 def _reraise_interrupts(exc: BaseException) -> None:
@@ -267,26 +567,37 @@ class _Prepend(io.RawIOBase):
         return len(data)
 
 
+def member_offsets(raw: bytes) -> list[int]:
+    """File offsets of the gzip members of an intact file (cutting fixtures and samples)."""
+    members, offsets, pos = _Members(io.BytesIO(raw)), [], 0
+    while pos < len(raw):
+        offsets.append(pos)
+        pos = _Member(members, pos).end()
+        members.drop_before(pos)
+    return offsets
+
+
 def slice_captures(src: str, dst: str, keep: set[str]) -> int:
     """Copy, byte for byte and in order, the warcinfo member and every capture whose response/revisit
     record id is in `keep` (with the request before and the metadata after it) from one gzip-per-record
     WARC to another. Used to cut the bundled sample and test fixtures from real files. Returns records."""
     with open(src, "rb") as fh:
         raw = fh.read()
+    starts = member_offsets(raw)
+    ends = starts[1:] + [len(raw)]
     members = []
-    for offset, data, _ in _MemberSplitter(io.BytesIO(raw), 1 << 30):
-        rec = next(iter(ArchiveIterator(io.BytesIO(data), parse_http=False)))
-        members.append((offset, str(rec.record_type), rec.headers.get("WARC-Record-ID")))
-    ends = [m[0] for m in members[1:]] + [len(raw)]
+    for start, end in zip(starts, ends):
+        rec = next(iter(ArchiveIterator(io.BytesIO(raw[start:end]), parse_http=False)))
+        members.append((str(rec.record_type), rec.headers.get("WARC-Record-ID")))
     chosen = set()
-    for i, (_, rtype, rid) in enumerate(members):
+    for i, (rtype, rid) in enumerate(members):
         if rtype == "warcinfo" or (rtype in ("response", "revisit") and rid in keep):
             chosen.add(i)
-            if i > 0 and members[i - 1][1] == "request":
+            if i > 0 and members[i - 1][0] == "request":
                 chosen.add(i - 1)
-            if i + 1 < len(members) and members[i + 1][1] == "metadata":
+            if i + 1 < len(members) and members[i + 1][0] == "metadata":
                 chosen.add(i + 1)
     with open(dst, "wb") as out:
         for i in sorted(chosen):
-            out.write(raw[members[i][0]:ends[i]])
+            out.write(raw[starts[i]:ends[i]])
     return len(chosen)

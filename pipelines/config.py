@@ -105,10 +105,10 @@ def load_config(path: str | None = None, **overrides) -> dict:
 
 def stage_fingerprint(cfg: dict, stage: str, upstream: str | None) -> str:
     """Hash of everything that determines a stage's output: its config section, and the upstream
-    stage's fingerprint, or for a stage that reads the WARCs itself (upstream None) the input list
+    stage's fingerprint, or for a stage that reads the WARCs itself (upstream None) the input files
     and read settings. A finished stage is reused only if this matches."""
     payload = {"stage": stage, "section": cfg.get(stage), "upstream": upstream,
                "write_dropped": cfg["write_dropped"]}
-    if upstream is None:
-        payload["input"], payload["read"] = cfg["input"], cfg["read"]
+    if upstream is None:  # the matched files themselves (path, size, mtime), not the patterns
+        payload["input"], payload["read"] = cfg["input_files"], cfg["read"]
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

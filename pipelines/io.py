@@ -67,13 +67,31 @@ def shard_of(doc_id: str, shards: int) -> int:
     return int(doc_id[:8], 16) % shards
 
 
+DUPLICATE_IDS = "duplicate_ids"
+
+
+def _provenance_order(row: dict):
+    return row["id"], row.get("warc_file") or "", row.get("warc_offset") or 0
+
+
 class _WriteShard(beam.DoFn):
-    def __init__(self, directory: str, schema: pa.Schema, shards: int):
-        self.directory, self.schema, self.shards = directory, schema, shards
+    """Writes one shard, sorted by id; with `unique_ids`, a row whose id an earlier row of the shard
+    has (every copy of an id lands in the same shard) goes to DUPLICATE_IDS as (row, kept row)."""
+
+    def __init__(self, directory: str, schema: pa.Schema, shards: int, unique_ids: bool = False):
+        self.directory, self.schema, self.shards, self.unique_ids = directory, schema, shards, unique_ids
 
     def process(self, element):
         shard, rows = element
-        rows = sorted(rows, key=lambda r: r["id"])
+        rows = sorted(rows, key=_provenance_order)
+        if self.unique_ids:
+            kept = []
+            for row in rows:
+                if kept and kept[-1]["id"] == row["id"]:
+                    yield beam.pvalue.TaggedOutput(DUPLICATE_IDS, (row, kept[-1]))
+                else:
+                    kept.append(row)
+            rows = kept
         path = join(self.directory, f"part-{shard:05d}-of-{self.shards:05d}.parquet")
         with FileSystems.create(path) as fh:
             fh.write(parquet_bytes(rows, self.schema))
@@ -83,11 +101,13 @@ class _WriteShard(beam.DoFn):
 class WriteSortedParquet(beam.PTransform):
     """Deterministic output: rows go to shard hash(id) % shards, each shard sorted by id, every shard
     written (empty ones too). Same rows in -> byte-identical files, whatever the worker count.
-    A shard is materialized in one worker, so choose `shards` so that a shard fits in memory."""
+    A shard is materialized in one worker, so choose `shards` so that a shard fits in memory.
+    With `unique_ids` the result has a second output, DUPLICATE_IDS: rows not written because their
+    id was already written (the copy read from the smallest warc_file, warc_offset is kept)."""
 
-    def __init__(self, directory: str, schema: pa.Schema, shards: int):
+    def __init__(self, directory: str, schema: pa.Schema, shards: int, unique_ids: bool = False):
         super().__init__()
-        self.directory, self.schema, self.shards = directory, schema, shards
+        self.directory, self.schema, self.shards, self.unique_ids = directory, schema, shards, unique_ids
 
     def expand(self, rows):
         keyed = rows | "KeyByShard" >> beam.Map(lambda r, n: (shard_of(r["id"], n), r), self.shards)
@@ -95,7 +115,11 @@ class WriteSortedParquet(beam.PTransform):
                        | "NoRows" >> beam.Map(lambda s: (s, None)))
         return ((keyed, every_shard) | "Union" >> beam.Flatten() | "GroupShard" >> beam.GroupByKey()
                 | "DropPlaceholders" >> beam.MapTuple(lambda s, rs: (s, [r for r in rs if r is not None]))
-                | "WriteShard" >> beam.ParDo(_WriteShard(self.directory, self.schema, self.shards)))
+                | "WriteShard" >> self._write())
+
+    def _write(self):
+        write = beam.ParDo(_WriteShard(self.directory, self.schema, self.shards, self.unique_ids))
+        return write.with_outputs(DUPLICATE_IDS, main="written") if self.unique_ids else write
 
 
 class _WriteBundleFiles(beam.DoFn):

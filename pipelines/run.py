@@ -4,6 +4,7 @@ OUT/<stage>/        the stage's documents (Parquet), stats.json and _SUCCESS (wi
 OUT/dropped/<stage> every dropped document with stage, reason, detail and scores (if write_dropped)
 OUT/docs/text       final documents; OUT/docs/pdf: PDF responses for the interleaved branch
 OUT/stats/summary.json  per stage: in, out, dropped {reason: n}, extra counters, wall_s
+OUT/stats/audit.json    the loss audit of the text branch's rows (pipelines/audit.py)
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import tempfile
 import time
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
+from pipelines.audit import audit
 from pipelines.config import STAGE_ORDER, stage_fingerprint
 from pipelines.stages import STAGES
 from pipelines.stats import format_table
@@ -32,6 +35,10 @@ EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"], "pack": ["shards"
 
 class StageInvariantError(RuntimeError):
     """in != out + Σ dropped: a record was lost or duplicated. Always a bug, never data."""
+
+
+class InputError(ValueError):
+    """The run's input cannot be read as given (a pattern that matches nothing)."""
 
 
 def pipeline_options(cfg: dict) -> PipelineOptions:
@@ -121,8 +128,6 @@ def worker_logs_to_file(cfg: dict, root: str, label: str):
 
 
 def check_identity(name: str, stats: dict) -> None:
-    if name == "write":
-        return
     total = stats["out"] + sum(stats["dropped"].values())
     if stats["in"] != total:
         raise StageInvariantError(f"stage {name}: in={stats['in']} but out + dropped = {total}: {stats}")
@@ -138,12 +143,42 @@ def plan_groups(names: list[str]) -> list[list[str]]:
     return groups
 
 
+def match_inputs(patterns: list[str]) -> list[dict]:
+    """Every file the input patterns match, once each (a file matched by two patterns is read once),
+    sorted by path, with its size and modification time: the read stage's fingerprint covers the
+    files themselves, so a new or changed file under an old pattern reruns the run."""
+    files = {}
+    for pattern in patterns:
+        matched = FileSystems.match([pattern])[0].metadata_list
+        if not matched:
+            raise InputError(f"input {pattern!r} matches no file")
+        for meta in matched:
+            if meta.path in files:
+                log.warning("input %s is matched more than once; it is read once", meta.path)
+            files[meta.path] = {"path": meta.path, "size": meta.size_in_bytes,
+                                "mtime": getattr(meta, "last_updated_in_seconds", None)}
+    return [files[path] for path in sorted(files)]
+
+
+def describe_input_change(before: list[dict], now: list[dict]) -> str:
+    old, new = {f["path"]: f for f in before}, {f["path"]: f for f in now}
+    parts = [(label, sorted(paths)) for label, paths in (
+        ("added", new.keys() - old.keys()), ("removed", old.keys() - new.keys()),
+        ("changed", {p for p in new.keys() & old.keys() if new[p] != old[p]}))]
+    return "; ".join(f"{len(paths)} {label} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+                     for label, paths in parts if paths)
+
+
 def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True) -> dict:
     """Run the configured stages group by group, reusing finished groups whose fingerprints match."""
     root = cfg["output"]
     selected = set(stages or cfg["stages"])
-    summary = {"output": root, "input": cfg["input"], "runner": cfg["runner"], "workers": cfg["workers"],
-               "stages": []}
+    cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
+    summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),
+               "runner": cfg["runner"], "workers": cfg["workers"], "stages": []}
+    if "image_pairs" in cfg["stages"] and cfg["image_pairs"]["fetch"]["enabled"]:
+        log.warning("the image fetcher is ON (image_pairs.fetch.enabled): this run makes HTTP requests to the "
+                    "hosts that pages name for images missing from the WARCs")
     upstream, upstream_fp = None, ""
     for group in plan_groups([s for s in STAGE_ORDER if s in cfg["stages"]]):
         fps = {}
@@ -153,6 +188,11 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         markers = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         finished = all(m and m["fingerprint"] == fps[n] for n, m in markers.items())
         label = "+".join(group)
+        for name in group:
+            marker = markers[name]
+            if marker and not STAGES[name].needs_input and marker.get("input_files") not in (None, cfg["input_files"]):
+                log.info("stage %s: input files changed since the last run: %s", name,
+                         describe_input_change(marker["input_files"], cfg["input_files"]))
         if finished and not (force and selected & set(group)):
             log.info("stages %s: finished earlier with the same config, reused", label)
             results = {n: {**markers[n]["stats"], "reused": True} for n in group}
@@ -170,10 +210,17 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             for name in group:
                 stats = {**results[name], "wall_s": wall, "group": label}
                 check_identity(name, stats)
-                io.write_json(io.join(root, name, "_SUCCESS"), {"fingerprint": fps[name], "stats": stats})
+                marker = {"fingerprint": fps[name], "stats": stats}
+                if not STAGES[name].needs_input:
+                    marker["input_files"] = cfg["input_files"]
+                io.write_json(io.join(root, name, "_SUCCESS"), marker)
                 results[name] = {**stats, "reused": False}
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
         upstream = "docs/text" if group[-1] == "write" else group[-1]
+    text_branch = STAGE_ORDER[:STAGE_ORDER.index("write") + 1]
+    if set(text_branch) <= set(cfg["stages"]) and cfg["write_dropped"]:
+        with worker_logs_to_file(cfg, root, "audit"):
+            summary["audit"] = audit(pipeline_options(cfg), root, text_branch)
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))

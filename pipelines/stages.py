@@ -16,6 +16,7 @@ from collections import Counter
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import CompressionTypes
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -25,6 +26,8 @@ from pipelines import io
 
 DROPPED = "dropped"
 COUNTERS = "counters"
+FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
+FILE_ROWS_JSON = "file_rows.json"
 
 
 def scores_of(doc: dict) -> dict:
@@ -118,7 +121,12 @@ class DocumentStep(beam.DoFn):
 class ReadWarcFile(beam.DoFn):
     """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops, and with
     `images` the image responses (tag 'image') for the image-text branch. Like a DocumentStep it
-    tallies its own `in` (records and damaged units), `out` and drops, once per file."""
+    tallies its own `in` (records and damaged units), `out` and drops, once per file, plus
+    `read/skipped_bytes` (bytes that damaged units cost) and `records/truncated` (WARC-Truncated
+    captures, kept: their text is usually usable). A record id seen twice in one file (a writer that
+    appended a capture again, a reader that re-read a member) is one record: the repeat is
+    `duplicate_record`. A file matched twice is read once (`match_inputs`); copies of a record in two
+    files are exact duplicates, and the write stage keeps one row per id whatever happens between."""
 
     def __init__(self, max_record_bytes: int, images: bool = False):
         self.max_record_bytes = max_record_bytes
@@ -130,23 +138,40 @@ class ReadWarcFile(beam.DoFn):
 
         path = readable_file.metadata.path
         counts = Counter()  # per-file tallies, emitted once: a counter element per record costs too much
+        rows = 0            # rows this file puts into the stage's outputs (documents and drop rows)
+        seen = {}           # doc id -> offset of its first capture in this file
+        at_offset = Counter()  # records sharing one offset (a multi-record gzip member)
         with readable_file.open(compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             for item in iter_records(stream, self.max_record_bytes):
                 counts["in"] += 1
                 if isinstance(item, ReadError):
                     counts[f"records/error:{item.reason}"] += 1
                     counts[f"dropped/{item.reason}"] += 1
-                    doc = {"id": f"{path}@{item.offset}", "url": "", "warc_file": path,
-                           "warc_offset": item.offset, "warc_date": ""}
+                    counts["read/skipped_bytes"] += item.skipped
+                    index = at_offset[item.offset]
+                    at_offset[item.offset] += 1
+                    doc = {"id": f"{path}@{item.offset}" + (f"#{index}" if index else ""), "url": "",
+                           "warc_file": path, "warc_offset": item.offset, "warc_date": ""}
+                    rows += 1
                     yield drop(doc, "read", item.reason, item.detail, text="")
                     continue
                 counts[f"records/{item.warc_type}"] += 1
+                index = at_offset[item.offset]
+                at_offset[item.offset] += 1
                 where, reason = route(item)
                 if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
                     counts[f"dropped/{reason}"] += 1  # request, metadata, warcinfo: counted, not written
                     continue
-                doc = {"id": doc_id(item, path), "url": item.url, "warc_file": path,
+                doc = {"id": doc_id(item, path, index), "url": item.url, "warc_file": path,
                        "warc_offset": item.offset, "warc_date": item.date}
+                rows += 1
+                if doc["id"] in seen:
+                    counts["dropped/duplicate_record"] += 1
+                    yield drop(doc, "read", "duplicate_record", f"{path}@{seen[doc['id']]}", text="")
+                    continue
+                seen[doc["id"]] = item.offset
+                if item.warc_truncated:
+                    counts["records/truncated"] += 1
                 counts["out" if where in ("html", "text") else f"dropped/{reason}"] += 1
                 if where == "drop":
                     content_type = item.http_content_type or item.identified_type
@@ -166,15 +191,18 @@ class ReadWarcFile(beam.DoFn):
                            "http_charset": item.http_charset, "payload": item.payload}
         for key, n in counts.items():
             yield count(key, n)
+        yield beam.pvalue.TaggedOutput(FILE_ROWS, (path, rows))
 
 
 def read_warcs(p, cfg, images: bool = False):
-    return (p | "Patterns" >> beam.Create(cfg["input"])
-            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
-            | "Files" >> fileio.ReadMatches()
+    """The input files (matched once when the run is planned: `cfg["input_files"]`) read record by
+    record, each file once."""
+    return (p | "Files" >> beam.Create(cfg["input_files"])
+            | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
+            | "Open" >> fileio.ReadMatches()
             | "Reshuffle files" >> beam.Reshuffle()
             | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], images)).with_outputs(
-                DROPPED, COUNTERS, "pdf", "image", main="docs"))
+                DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
 
 
 class ReadStage:
@@ -184,6 +212,8 @@ class ReadStage:
     def build(self, p, cfg, inputs, root):
         res = read_warcs(p, cfg)
         res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
+        (res[FILE_ROWS] | "FileRows" >> beam.combiners.ToDict()
+         | "WriteFileRows" >> beam.Map(lambda rows: io.write_json(io.join(root, "read", FILE_ROWS_JSON), rows)))
         return res.docs, res[DROPPED], res[COUNTERS]
 
 
@@ -389,18 +419,26 @@ class DedupStage:
 
 
 # -------------------------------------------------------------------------------------------- write
+def _duplicate_record(row_kept):
+    row, kept = row_kept
+    return drop(row, "write", "duplicate_record", f"{kept['warc_file']}@{kept['warc_offset']}").value
+
+
 class WriteStage:
-    """Final text documents: deterministic id-sorted shards under OUT/docs/text/."""
+    """Final text documents: deterministic id-sorted shards under OUT/docs/text/, one row per id (a
+    second row with an id already written, e.g. one record copied into two files whose texts
+    differ, is `duplicate_record`: the shards and the packer may rely on unique ids)."""
 
     name, schema = "write", io.DOC_SCHEMA
     starts_group, needs_input, counts_itself = False, True, False
 
     def build(self, p, cfg, inputs, root):
         docs_dir = io.join(root, "docs", "text")
-        written = inputs | "WriteDocs" >> io.WriteSortedParquet(docs_dir, io.DOC_SCHEMA, cfg["write"]["shards"])
-        counters = written | "OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
-        nothing = p | "NoDrops" >> beam.Create([])
-        return None, nothing, counters
+        written = inputs | "WriteDocs" >> io.WriteSortedParquet(docs_dir, io.DOC_SCHEMA, cfg["write"]["shards"],
+                                                                unique_ids=True)
+        counters = written.written | "OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
+        drops = written[io.DUPLICATE_IDS] | "DuplicateIds" >> beam.Map(_duplicate_record)
+        return None, drops, counters
 
 
 # -------------------------------------------------------------------------------------------- pack

@@ -28,7 +28,15 @@ def format_table(summary: dict, top_reasons: int = 4) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:5], widths)))
              + "  " + r[5] for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines + _phase_lines(summary))
+    return "\n".join(lines + _phase_lines(summary) + _audit_lines(summary))
+
+
+def _audit_lines(summary: dict) -> list[str]:
+    audit = summary.get("audit")
+    if not audit:
+        return []
+    return [f"\nloss audit: {audit['rows']} rows from {audit['files']} input files, each in exactly one output: "
+            + ("ok" if audit["ok"] else "FAILED")]
 
 
 def _phase_lines(summary: dict) -> list[str]:

@@ -6,10 +6,14 @@ any connection."""
 import contextlib
 import http.server
 import ipaddress
+import socket
 import sys
 import threading
 import time
+import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote, unquote_to_bytes
 
 import pytest
 
@@ -22,11 +26,16 @@ UA = "curate-imagebot/0.1"
 
 class Handler(http.server.BaseHTTPRequestHandler):
     """Routes: /img, /big (declared length), /stream (no length), /slow, /noai, /otherbot-noai,
-    /redirect?to=URL, /flaky (503 twice, then 200), /robots.txt, /private/img, and `files`."""
+    /redirect?to=URL, /redirect-raw?to=BYTES (percent-decoded into raw Location bytes), /echo...
+    (body: the Host header and request target as received), /drip-body and /drip-head (one byte every
+    0.2 s of the body / of the status line and headers), /flaky (503 twice, then 200), /robots.txt
+    (dripped like /drip-head while `drip_robots`), /private/img, and `files`."""
 
     timeout = 5  # a stuck client cannot hold a server thread
     hits: dict = {}
     files: dict = {}  # path -> bytes, set by other tests
+    drip_robots = False
+    HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\nContent-Length: 40\r\nX-Pad: " + b"a" * 40 + b"\r\n\r\n"
 
     def log_message(self, *args):
         pass
@@ -40,6 +49,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _drip(self, data: bytes, every_s: float = 0.2):
+        """Each byte alone (the socket is unbuffered), until the client hangs up (a ConnectionError)."""
+        self.close_connection = True
+        for i in range(len(data)):
+            self.wfile.write(data[i:i + 1])
+            time.sleep(every_s)
 
     def do_GET(self):
         path, _, query = self.path.partition("?")
@@ -60,6 +76,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(BODY, headers=[("X-Robots-Tag", "otherbot: noai")])
         elif path == "/redirect":
             self._send(b"", status=302, headers=[("Location", query.removeprefix("to="))])
+        elif path == "/redirect-raw":  # send_header writes latin-1: one character per raw byte
+            location = unquote_to_bytes(query.removeprefix("to=")).decode("latin-1")
+            self._send(b"", status=302, headers=[("Location", location)])
+        elif path.startswith("/echo"):
+            self._send(f"{self.headers.get('Host')} {self.path}".encode("latin-1"))
+        elif path == "/drip-body":
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            self._drip(b"x" * 40)
+        elif path == "/drip-head" or (path == "/robots.txt" and Handler.drip_robots):
+            self._drip(Handler.HEAD + b"x" * 40)
         elif path == "/flaky":
             self._send(b"busy", status=503) if Handler.hits[path] <= 2 else self._send(BODY)
         elif path == "/robots.txt":
@@ -193,3 +221,114 @@ def test_every_resolved_address_is_checked():
     assert result.reason == "private_address"
     assert SafeFetcher(UA).fetch("ftp://127.0.0.1/x.jpg").reason == "bad_url"
     assert SafeFetcher(UA).fetch("http://127.0.0.1:99999/x.jpg").reason == "bad_url"
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """socket.getaddrinfo without DNS traffic: names in `dns.names` (IDNA-encoded by the fake, as the
+    real one does) resolve to 127.0.0.1, "slow.test" answers only when the test ends, IP literals and
+    localhost pass through; every other name fails. `dns.asked` lists the names asked for."""
+    real, release = socket.getaddrinfo, threading.Event()
+    table = types.SimpleNamespace(names=set(), asked=[])
+
+    def getaddrinfo(host, port, *args, **kw):
+        table.asked.append(host)
+        if host == "slow.test":
+            release.wait(30)
+        elif host.encode("idna").decode() in table.names:
+            host = "127.0.0.1"
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(host)
+            return real(host, port, *args, **kw)
+        if host == "localhost":
+            return real(host, port, *args, **kw)
+        raise socket.gaierror(socket.EAI_NONAME, f"{host}: not in the test's table")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield table
+    release.set()
+
+
+IDN = "例え.テスト"
+IDN_ASCII = "xn--r8jz45g.xn--zckzah"
+
+
+def test_non_latin1_host_is_idna_encoded(base, dns):
+    dns.names.add(IDN_ASCII)
+    port = base.rsplit(":", 1)[1]
+    result = relaxed().fetch(f"http://{IDN}:{port}/echo")
+    assert result.reason is None and result.bytes == f"{IDN_ASCII}:{port} /echo".encode()
+    # a redirect naming the host in raw UTF-8 bytes: the same name on the wire
+    result = relaxed().fetch(f"{base}/redirect-raw?to={quote(f'http://{IDN}:{port}/echo')}")
+    assert result.reason is None and result.bytes == f"{IDN_ASCII}:{port} /echo".encode()
+    # the default fetcher vets the encoded name (here resolving to loopback) before connecting
+    result = SafeFetcher(UA).fetch(f"http://{IDN}/a.jpg")
+    assert result.reason == "private_address" and IDN_ASCII in result.detail
+
+
+def test_host_that_fails_idna_is_a_bad_url(base, dns):
+    too_long = "é" * 64 + ".test"  # an IDNA label has at most 63 characters
+    assert relaxed().fetch(f"http://{too_long}/a.jpg").reason == "bad_url"
+    assert relaxed().fetch(f"{base}/redirect-raw?to={quote(f'http://{too_long}/a.jpg')}").reason == "bad_url"
+    assert relaxed().fetch(f"{base}/redirect-raw?to=http://%FF%FE.test/a.jpg").reason == "bad_url"  # not UTF-8
+    assert not any(not host.isascii() or host.startswith("xn--") for host in dns.asked)  # never resolved
+
+
+def test_path_and_query_are_percent_encoded(base):
+    host = base.removeprefix("http://")
+    result = relaxed().fetch(f"{base}/echo/a b/ü.jpg?q=ä ö&x=%41&y=100%")
+    assert result.reason is None
+    assert result.bytes == f"{host} /echo/a%20b/%C3%BC.jpg?q=%C3%A4%20%C3%B6&x=%41&y=100%25".encode()
+
+
+@pytest.mark.parametrize("location, target", [
+    ("/echo/ü ä.jpg".encode(), "/echo/%C3%BC%20%C3%A4.jpg"),  # raw UTF-8 bytes
+    (b"/echo/\xe9.jpg", "/echo/%E9.jpg"),  # a raw byte that is not UTF-8 is kept as that byte
+    (b"/echo/%C3%BC.jpg", "/echo/%C3%BC.jpg"),  # an existing escape is kept
+])
+def test_redirect_location_with_raw_non_ascii_bytes(base, location, target):
+    result = relaxed().fetch(f"{base}/redirect-raw?to={quote(location)}")
+    assert result.reason is None and result.bytes == f"{base.removeprefix('http://')} {target}".encode()
+
+
+def test_total_deadline_holds_for_any_server(base, dns, monkeypatch):
+    """A socket timeout bounds one recv, and a byte every 0.2 s never trips it: the deadline covers the
+    whole fetch (name resolution, headers, body, robots.txt, retries), and the minimum rate ends a
+    trickle sooner. The cases run at once: the fetcher serves a thread pool."""
+    monkeypatch.setattr(Handler, "drip_robots", True)
+    silent = socket.create_server(("127.0.0.1", 0))  # connects (the backlog), never answers a TLS handshake
+    timeout_s = 2.0
+    cases = [  # (route, fetcher options, reason)
+        ("/drip-head", {"min_bytes_per_s": 0}, "timeout"),
+        ("/drip-body", {"min_bytes_per_s": 0}, "timeout"),
+        ("/drip-head", {}, "too_slow"),
+        ("/drip-body", {}, "too_slow"),
+        ("/img", {"respect_robots": True, "min_bytes_per_s": 0}, "robots_unavailable"),
+        ("http://slow.test/a.jpg", {}, "timeout"),
+        (f"https://127.0.0.1:{silent.getsockname()[1]}/a.jpg", {}, "timeout"),
+    ]
+
+    def timed(case):
+        route, options, _ = case
+        fetcher = relaxed(timeout_s=timeout_s, retries=3, backoff_s=0.05, **options)
+        started = time.monotonic()
+        result = fetcher.fetch(route if route.startswith("http") else base + route)
+        return result, time.monotonic() - started
+
+    with silent, ThreadPoolExecutor(len(cases)) as pool:
+        outcomes = list(pool.map(timed, cases))
+    for (route, options, reason), (result, elapsed) in zip(cases, outcomes):
+        assert (result.reason, result.bytes) == (reason, b""), (route, options, result)
+        assert elapsed < timeout_s + 1.5, (route, options, elapsed)
+        if reason == "too_slow":
+            assert elapsed < timeout_s  # ended by the rate (after its grace period), not the deadline
+
+
+@pytest.mark.parametrize("address", [
+    "169.254.169.254", "169.254.170.2", "192.0.0.192", "168.63.129.16", "100.100.100.200", "fd00:ec2::254",
+    "::ffff:169.254.170.2", "::ffff:192.0.0.192", "::ffff:168.63.129.16",
+    "2002:a83f:8110::",  # 6to4 embedding 168.63.129.16
+])
+def test_metadata_endpoints_are_refused_even_with_allow_private(address):
+    for allow_private in (False, True):
+        assert address_refusal(ipaddress.ip_address(address), allow_private) == "metadata_address"

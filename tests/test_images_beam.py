@@ -58,9 +58,9 @@ def no_network(monkeypatch):
 
 
 def test_ukwa_main_page_pairs_from_the_warc(tmp_path, no_network):
-    """Default config (fetching on): every image is in the WARC, nothing is fetched."""
+    """Fetching on: every image is in the WARC, nothing is fetched."""
     pages, images = read_pages_and_images(UKWA)
-    pairs, drops, counters, stored = run_pairs(pages, images, {}, tmp_path)
+    pairs, drops, counters, stored = run_pairs(pages, images, {"fetch": {"enabled": True}}, tmp_path)
     assert [(p["alt"], p["width"], p["height"], p["format"]) for p in pairs] == [("Emperor shrimp", 334, 250, "JPEG")]
     shrimp = pairs[0]
     assert shrimp["page_url"] == "http://en.wikipedia.org/wiki/Main_Page" and shrimp["position"] == 4
@@ -120,8 +120,9 @@ def test_duplicates_opt_outs_and_fetching(tmp_path):
                    image_record("https://unused.example/x.jpg", 200, "image/jpeg", original)]
         (tmp_path / "default").mkdir()
         (tmp_path / "relaxed").mkdir()
-        default = run_pairs(pages, records, {}, tmp_path / "default")
-        relaxed = run_pairs(pages, records, {"fetch": {"allow_private": True, "retries": 0}}, tmp_path / "relaxed")
+        default = run_pairs(pages, records, {"fetch": {"enabled": True}}, tmp_path / "default")
+        relaxed = run_pairs(pages, records, {"fetch": {"enabled": True, "allow_private": True, "retries": 0}},
+                            tmp_path / "relaxed")
 
     pairs, drops, counters, stored = default
     by_page = {row["page_url"]: (reason, detail) for row, reason, detail in drops}
@@ -131,7 +132,7 @@ def test_duplicates_opt_outs_and_fetching(tmp_path):
     assert by_page["https://site3.example/story"] == ("image_near_dup", survivor)    # recompressed copy
     assert by_page["https://site4.example/story"][0] == "image_exact_dup"            # same URL, later page
     assert by_page["https://site5.example/story"][0] == "image_exact_dup"            # same bytes elsewhere
-    assert by_page["https://site6.example/story"][0] == "private_address"            # default config refuses
+    assert by_page["https://site6.example/story"][0] == "private_address"            # fetching on, private refused
     assert by_page["https://site7.example/story"][0] == "robots_noai"                # capture opted out
     assert counters["images/fetch/private_address"] == 1 and counters["images/warc_records_unreferenced"] == 1
     assert counters["images/near/clusters"] == 1 and counters["images/exact/clusters"] == 1

@@ -1,6 +1,8 @@
 """WARC reading: real fixtures, and every kind of damaged input costing exactly one reason-coded unit."""
 
 import gzip
+import re
+import zlib
 import io
 import os
 from collections import Counter
@@ -116,3 +118,84 @@ def test_unseekable_stream_uses_member_reader_from_the_start():
     fast = [(type(r).__name__, r.offset) for r in iter_records(io.BytesIO(data))]
     slow = [(type(r).__name__, r.offset) for r in iter_records(_Unseekable(data))]
     assert fast == slow and ("ReadError", sum(map(len, members[:10]))) in slow
+
+
+# ------------------------------------------------------------------ damage that used to lose records
+def _ids(data: bytes, **kw) -> Counter:
+    return Counter(r.record_id or f"{r.warc_type}@{r.offset}" for r in iter_records(io.BytesIO(data), **kw)
+                   if isinstance(r, RawRecord) and r.warc_type in ("response", "revisit"))
+
+
+def _plain_records() -> list[bytes]:
+    return [gzip.decompress(m) for m in real_members()]
+
+
+def _plain_case(damage: str) -> tuple[bytes, int]:
+    """The plain WARC with record `victim` damaged; returns the bytes and the victim's index."""
+    records = _plain_records()
+    victim = next(i for i, r in enumerate(records) if i > 50 and b"WARC-Type: response" in r[:300])
+    rec = records[victim]
+    if damage == "content_length_long":
+        rec = re.sub(rb"Content-Length: (\d+)", lambda m: b"Content-Length: %d" % (int(m.group(1)) + 5000), rec, 1)
+    elif damage == "content_length_short":
+        rec = re.sub(rb"Content-Length: (\d+)", lambda m: b"Content-Length: %d" % (int(m.group(1)) // 2), rec, 1)
+    elif damage == "version_line":
+        rec = b"WARX" + rec[4:]
+    elif damage == "junk_before":
+        rec = b"\x00junk!junk!junk" + rec
+    records[victim] = rec
+    return b"".join(records), victim
+
+
+@pytest.mark.parametrize("damage", ["content_length_long", "content_length_short", "version_line", "junk_before"])
+def test_uncompressed_damage_costs_one_unit_and_keeps_the_rest(damage):
+    data, victim = _plain_case(damage)
+    items = list(iter_records(io.BytesIO(data)))
+    errors = [r for r in items if isinstance(r, ReadError)]
+    assert len(errors) == 1 and errors[0].skipped > 0, errors
+    good = Counter(r.record_id for r in iter_records(io.BytesIO(MINI.read_bytes())) if r.record_id)
+    got = Counter(r.record_id for r in items if isinstance(r, RawRecord) and r.record_id)
+    assert all(n == 1 for n in got.values())
+    lost = good - got
+    # at most the damaged record itself (and, for a too-long length, nothing else: the resync finds
+    # the records its block swallowed)
+    assert sum(lost.values()) <= 1
+    if damage == "junk_before":
+        assert not lost and errors[0].reason == "not_warc_data" and errors[0].skipped == 15
+
+
+def test_whole_file_gzip_reads_every_record():
+    plain = gzip.decompress(MINI.read_bytes())
+    whole = gzip.compress(plain)
+    assert kinds(whole) == kinds(MINI.read_bytes())
+    assert {r.offset for r in iter_records(io.BytesIO(whole))} == {0}  # one member: one seekable offset
+
+
+def test_multi_record_member_before_a_corrupt_member_is_read_once():
+    members = real_members()
+    multi = gz(gzip.decompress(b"".join(members[1:5])))
+    data = members[0] + multi + b"\x1f\x8b\x08" + b"x" * 3000 + b"".join(members[5:])
+    ids = _ids(data)
+    assert all(n == 1 for n in ids.values())
+    assert ids == _ids(MINI.read_bytes())
+    assert kinds(data)["error:corrupt_gzip_member"] == 1
+
+
+def test_multi_record_final_member_is_counted_once():
+    members = real_members()
+    data = b"".join(members[:-4]) + gz(gzip.decompress(b"".join(members[-4:])))
+    assert kinds(data) == kinds(MINI.read_bytes())
+
+
+def test_empty_file_is_one_unit():
+    assert [(type(r).__name__, r.reason) for r in iter_records(io.BytesIO(b""))] == [("ReadError", "empty_file")]
+
+
+def test_decompression_bomb_member_is_left_early_and_the_next_member_read():
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = b"".join(packer.compress(b"\0" * (1 << 20)) for _ in range(256)) + packer.flush()  # 256 MiB of zeros
+    members = real_members()
+    items = list(iter_records(io.BytesIO(members[0] + bomb + members[1]), max_record_bytes=1 << 20))
+    assert [type(i).__name__ for i in items] == ["RawRecord", "ReadError", "RawRecord"]
+    assert items[1].reason == "not_warc_data" and "gave up" in items[1].detail
+    assert items[1].skipped < 64 << 20  # left long before its end

@@ -28,11 +28,10 @@ def gz(record: bytes) -> bytes:
 
 def real_members(path: Path = MINI) -> list[bytes]:
     """The gzip members of a real fixture file, in order."""
-    from extract.warc import _MemberSplitter
+    from extract.warc import member_offsets
 
     raw = path.read_bytes()
-    with open(path, "rb") as fh:
-        offsets = [off for off, _, _ in _MemberSplitter(fh, 1 << 30)]
+    offsets = member_offsets(raw)
     return [raw[a:b] for a, b in zip(offsets, offsets[1:] + [len(raw)])]
 
 
