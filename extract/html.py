@@ -463,33 +463,19 @@ def decode_html(payload: bytes, http_charset: str = "") -> Decoded:
 
 
 def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 5000) -> str:
-    """Main-content plain text of an HTML document (paragraphs separated by blank lines), or
-    ExtractionError("extract_timeout") once `timeout_ms` has passed, native code included.
-
-    Two paths (extract/sandbox.py has the details):
-    - in process, under the watchdog, for pages with <= 256 '<' and <= 32k characters when the limit
-      is >= 500 ms: their worst case, over an adversarial battery at those bounds, is ~25 ms, so the
-      watchdog's delivery at the next bytecode is never late by more than that;
-    - every other page in a persistent child process, SIGKILLed at the deadline
-      ("extract_timeout", ">N ms (killed)"; a child that dies: "extract_error", "extractor process
-      died: signal N"); the next page gets a fresh child.
-    The watchdog alone could not bound resiliparse's C++, whose cost grows super-linearly: nested
-    <div> 1k/2k/4k/8k/16k deep took 0.06/0.21/0.68/2.1/14 s, 100k ~711 s; 1,000 misnested <b> then
-    1,000 <p> (18 kB) 3.5 s. On mixed-dev.warc.gz 86% of the HTML pages (47% of extraction time)
-    stay in process; the child costs the others ~0.1 ms each (IPC and wake-ups), ~3% of the total.
-    """
+    """Main-content plain text of an HTML document (paragraphs separated by blank lines)."""
     if engine not in ("resiliparse", "trafilatura"):
         raise ValueError(f"unknown extraction engine {engine!r}; use 'resiliparse' or 'trafilatura'")
-    from extract import sandbox
-
-    if not sandbox.in_process_is_safe(html, timeout_ms):
-        try:
-            return sandbox.extract(html, engine, timeout_ms)  # lone surrogates replaced as below
-        except sandbox.SandboxError as err:
-            raise ExtractionError(err.reason, err.detail) from None
     try:
         with watchdog().limit(timeout_ms / 1000):
-            return sandbox.run_engine(html, engine)
+            if engine == "resiliparse":
+                return extract_plain_text(html, main_content=True, preserve_formatting=True,
+                                          alt_texts=False, links=False, form_fields=False,
+                                          noscript=False, comments=False)
+            import trafilatura
+
+            return trafilatura.extract(html, include_comments=False, include_tables=True,
+                                       deduplicate=False, fast=True) or ""
     except DocumentTimeout:
         raise ExtractionError("extract_timeout", f">{timeout_ms} ms") from None
     except TypeError:  # resiliparse refuses a str holding lone surrogates: extract their U+FFFD form
