@@ -5,13 +5,17 @@ Beam harnesses that run several bundles at once in one process are covered) and,
 raises `DocumentTimeout` in that thread (CPython's async exception, as resiliparse's TimeGuard does).
 The watchdog sleeps until the earliest deadline instead of polling: in a busy worker it wakes about
 once per timeout period, and entering a guarded block costs one uncontended lock. The exception is
-delivered at the next Python bytecode: native extractor code is bounded by the HTML size cap instead.
+delivered at the next Python bytecode, so it cannot stop native code that is already running:
+extract_main_text sends every page whose native worst case is not provably small to a child process
+that is killed at the deadline instead (extract/sandbox.py). A process forked from one with a watchdog
+starts its own on first use (threads do not survive fork(); the inherited one would never fire).
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 import time
 
@@ -86,3 +90,11 @@ def watchdog() -> Watchdog:
     if _WATCHDOG is None:
         _WATCHDOG = Watchdog()
     return _WATCHDOG
+
+
+def _forget_after_fork() -> None:
+    global _WATCHDOG
+    _WATCHDOG = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
