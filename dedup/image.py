@@ -181,6 +181,8 @@ class _ExtractRefs(beam.DoFn):
             self.lid = LanguageIdentifier()
 
     def process(self, page):
+        from extract.images import check_image_ref
+
         if page.get("source", "html") != "html":
             return
         yield _count("pages")
@@ -202,8 +204,6 @@ class _ExtractRefs(beam.DoFn):
                    "warc_date": page.get("warc_date", ""), "img_url": ref.url, "position": ref.position,
                    "alt": ref.alt, "context_before": ref.context_before, "context_after": ref.context_after,
                    "declared_width": ref.width, "declared_height": ref.height}
-            from extract.images import check_image_ref
-
             reason = "page_noai" if noai else check_image_ref(ref, self.cfg, self.lid)
             if reason:
                 yield _drop(row, reason)

@@ -130,24 +130,14 @@ def _parse_framed(block: bytes, pos: int, max_payload: int) -> RawRecord | ReadE
     return ReadError("bad_warc_header", pos, block[:60].decode("latin-1"), len(block))
 
 
-# --------------------------------------------------------------------------- uncompressed framing
-class _Framer:
-    """Splits an uncompressed WARC stream into records. `read(n)` supplies the bytes (a file, or a
-    gzip member being inflated). With `offset` set (a gzip member's), every unit reports it; else each
-    unit reports its own byte offset. `source_damaged()` tells whether the source ended early (a
-    corrupt or truncated member): an incomplete record at its end is then the member's loss, which
-    the caller reports, not a unit of its own. When `is_bomb(junk bytes)` says a stretch of junk is a
-    decompression bomb's, the framing ends (`abandoned`) instead of inflating it to its end."""
+class _ReadAhead:
+    """A byte buffer over `read(n)`: `buf` holds the stream's bytes from position `buf_pos` on."""
 
-    def __init__(self, read, max_record_bytes: int, offset: int | None = None,
-                 source_damaged=lambda: False, is_bomb=lambda junk: False):
-        self.read, self.max_record_bytes, self.offset = read, max_record_bytes, offset
-        self.source_damaged, self.is_bomb = source_damaged, is_bomb
-        self.buf = bytearray()
-        self.buf_pos = 0  # stream position of buf[0]
-        self.eof = self.abandoned = False
+    def __init__(self, read, start: int = 0):
+        self.read, self.buf, self.buf_pos, self.eof = read, bytearray(), start, False
 
-    def _fill(self) -> bool:
+    def fill(self) -> bool:
+        """Append the next chunk; False at the end of the stream."""
         if self.eof:
             return False
         chunk = self.read(READ_CHUNK)
@@ -157,19 +147,40 @@ class _Framer:
         self.buf += chunk
         return True
 
-    def _have(self, n: int) -> bool:
+    def have(self, n: int) -> bool:
         while len(self.buf) < n:
-            if not self._fill():
+            if not self.fill():
                 return False
         return True
 
-    def _consume(self, n: int) -> None:
+    def consume(self, n: int) -> None:
         del self.buf[:n]
         self.buf_pos += n
 
+
+# --------------------------------------------------------------------------- uncompressed framing
+class _Framer(_ReadAhead):
+    """Splits an uncompressed WARC stream into records. `read(n)` supplies the bytes (a file, or a
+    gzip member being inflated). With `offset` set (a gzip member's), every unit reports it; else each
+    unit reports its own byte offset. `source_damaged()` tells whether the source ended early (a
+    corrupt or truncated member): an incomplete record at its end is then the member's loss, which
+    the caller reports, not a unit of its own. When `is_bomb(junk bytes)` says a stretch of junk is a
+    decompression bomb's, the framing ends (`abandoned`) instead of inflating it to its end."""
+
+    def __init__(self, read, max_record_bytes: int, offset: int | None = None,
+                 source_damaged=lambda: False, is_bomb=lambda junk: False):
+        super().__init__(read)
+        self.max_record_bytes, self.offset = max_record_bytes, offset
+        self.source_damaged, self.is_bomb = source_damaged, is_bomb
+        self.abandoned = False
+
+    def _where(self, start: int) -> int:
+        """The offset a unit reports: the member's, else its own."""
+        return start if self.offset is None else self.offset
+
     def _unit(self, reason: str, start: int, detail: str, cost: int) -> ReadError:
         detail = f"{detail}; {cost} bytes skipped" if detail else f"{cost} bytes skipped"
-        return ReadError(reason, start if self.offset is None else self.offset, detail, cost)
+        return ReadError(reason, self._where(start), detail, cost)
 
     def _blank_then(self, i: int) -> int | None:
         """Index of the first byte at or after `i` that is not CR/LF (reading ahead), None at EOF."""
@@ -178,11 +189,11 @@ class _Framer:
                 i += 1
             if i < len(self.buf):
                 return i
-            if not self._fill():
+            if not self.fill():
                 return None
 
     def _starts_record(self, i: int) -> bool:
-        self._have(i + VERSION_LINE_MAX)
+        self.have(i + VERSION_LINE_MAX)
         return VERSION_LINE.match(self.buf, i) is not None
 
     def __iter__(self) -> Iterator[RawRecord | ReadError]:
@@ -190,7 +201,7 @@ class _Framer:
             first = self._blank_then(0)
             if first is None:
                 return
-            self._consume(first)
+            self.consume(first)
             start = self.buf_pos
             if not self._starts_record(0):
                 yield self._skip_to_next(start, "not_warc_data", "", 0)
@@ -203,7 +214,7 @@ class _Framer:
         header_end = self._header_end()
         if header_end is None:
             if self.eof and self.source_damaged():
-                self._consume(len(self.buf))  # the member broke off inside this header: its loss
+                self.consume(len(self.buf))  # the member broke off inside this header: its loss
             else:
                 yield self._skip_to_next(start, "bad_warc_header", "no end of header block", 1)
             return
@@ -216,28 +227,28 @@ class _Framer:
             yield self._skip_block(start, header_end, length)
             return
         end = header_end + length
-        if not self._have(end):
+        if not self.have(end):
             if self.source_damaged():
-                self._consume(len(self.buf))  # the member broke off inside this record: its loss
+                self.consume(len(self.buf))  # the member broke off inside this record: its loss
             else:
                 yield self._skip_to_next(start, "truncated_record", f"Content-Length {length}", 1)
             return
         if not self._ends_block(end):
             if self.eof and self.source_damaged():
-                self._consume(len(self.buf))  # it broke off inside the next record
+                self.consume(len(self.buf))  # it broke off inside the next record
                 return
             yield self._skip_to_next(start, "bad_content_length", f"Content-Length {length}", 1)
             return
-        item = _parse_framed(bytes(self.buf[:end]), start if self.offset is None else self.offset,
+        item = _parse_framed(bytes(self.buf[:end]), self._where(start),
                              self.max_record_bytes)
-        self._consume(end)
+        self.consume(end)
         yield item
 
     def _ends_block(self, end: int) -> bool:
         """Whether a block of the declared length ends at `end`: the standard's CRLF CRLF trailer
         (whatever follows is the next unit's business), or, from writers that deviate, blank bytes up
         to the next version line or the end of the stream."""
-        self._have(end + 4)
+        self.have(end + 4)
         if self.buf[end:end + 4] == b"\r\n\r\n":
             return True
         nxt = self._blank_then(end)
@@ -255,7 +266,7 @@ class _Framer:
             if crlf >= 0:
                 return crlf + 4
             searched = len(self.buf)
-            if searched >= MAX_HEADER_BYTES or not self._fill():
+            if searched >= MAX_HEADER_BYTES or not self.fill():
                 return None
 
     def _skip_to_next(self, start: int, reason: str, detail: str, search_from: int) -> ReadError:
@@ -266,28 +277,28 @@ class _Framer:
             m = VERSION_LINE.search(self.buf, search_from)
             if m:
                 cost += m.start()
-                self._consume(m.start())
+                self.consume(m.start())
                 return self._unit(reason, start, detail, cost)
             keep = min(len(self.buf), VERSION_LINE_MAX - 1)  # a version line may straddle two reads
             cost += len(self.buf) - keep
-            self._consume(len(self.buf) - keep)
+            self.consume(len(self.buf) - keep)
             search_from = 0
             if self.is_bomb(cost):
                 self.abandoned = True
                 return self._unit(reason, start, f"{detail}; gave up".lstrip("; "), cost)
-            if not self._fill():
+            if not self.fill():
                 cost += len(self.buf)
-                self._consume(len(self.buf))
+                self.consume(len(self.buf))
                 return self._unit(reason, start, detail, cost)
 
     def _skip_block(self, start: int, header_end: int, length: int) -> ReadError:
         """A record over the size cap: its block is streamed past, never held."""
         remaining = header_end + length
-        while remaining > 0 and (self.buf or self._fill()):
+        while remaining > 0 and (self.buf or self.fill()):
             n = min(remaining, len(self.buf))
-            self._consume(n)
+            self.consume(n)
             remaining -= n
-        return ReadError("record_too_large", start if self.offset is None else self.offset,
+        return ReadError("record_too_large", self._where(start),
                          f"{length} bytes", header_end + length)
 
 
@@ -318,7 +329,7 @@ class _Member:
         if self.inflater.unconsumed_tail:
             piece = self.inflater.unconsumed_tail
         else:
-            offset = self.start - m.buf_start + self.fed
+            offset = self.start - m.buf_pos + self.fed
             if offset >= len(m.buf) and not m.fill():
                 self.error = "truncated_gzip_member"
                 return
@@ -339,45 +350,31 @@ class _Member:
         return self.start + self.fed - len(self.inflater.unused_data)
 
 
-class _Members:
+class _Members(_ReadAhead):
     """Streams a gzip file member by member, from file offset `start` (the stream is there)."""
 
     def __init__(self, stream: BinaryIO, start: int = 0):
-        self.stream = stream
-        self.buf = bytearray()
-        self.buf_start = start  # file offset of buf[0]
-        self.eof = False
-
-    def fill(self) -> bool:
-        if self.eof:
-            return False
-        chunk = self.stream.read(READ_CHUNK)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf += chunk
-        return True
+        super().__init__(stream.read, start)
 
     def drop_before(self, pos: int) -> None:
-        del self.buf[: pos - self.buf_start]
-        self.buf_start = pos
+        self.consume(pos - self.buf_pos)
 
     def next_magic(self, after: int) -> int | None:
         """File offset of the next gzip header after `after`, reading ahead as needed."""
         search_from = after + 1
         while True:
-            i = self.buf.find(GZIP_MAGIC, max(search_from - self.buf_start, 0))
+            i = self.buf.find(GZIP_MAGIC, max(search_from - self.buf_pos, 0))
             if i >= 0:
-                return self.buf_start + i
-            search_from = max(self.buf_start + len(self.buf) - len(GZIP_MAGIC) + 1, search_from)
-            self.drop_before(max(self.buf_start, search_from - len(GZIP_MAGIC)))
+                return self.buf_pos + i
+            search_from = max(self.buf_pos + len(self.buf) - len(GZIP_MAGIC) + 1, search_from)
+            self.drop_before(max(self.buf_pos, search_from - len(GZIP_MAGIC)))
             if not self.fill():
                 return None
 
     def at(self, pos: int, n: int) -> bytes:
-        while len(self.buf) < pos - self.buf_start + n and self.fill():
+        while len(self.buf) < pos - self.buf_pos + n and self.fill():
             pass
-        return bytes(self.buf[pos - self.buf_start:pos - self.buf_start + n])
+        return bytes(self.buf[pos - self.buf_pos:pos - self.buf_pos + n])
 
 
 def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterator[RawRecord | ReadError]:
@@ -391,7 +388,7 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
             return
         if head != GZIP_MAGIC:
             nxt = members.next_magic(pos)
-            end = nxt if nxt is not None else members.buf_start + len(members.buf)
+            end = nxt if nxt is not None else members.buf_pos + len(members.buf)
             yield ReadError("not_gzip_data", pos, f"{end - pos} bytes skipped", end - pos)
             if nxt is None:
                 return
@@ -420,7 +417,7 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
         if member.error:  # corrupt, or cut off (at the end of the file, or by the next member)
             reason, _, detail = member.error.partition(":")
             nxt = members.next_magic(pos)
-            skipped = (nxt if nxt is not None else members.buf_start + len(members.buf)) - pos
+            skipped = (nxt if nxt is not None else members.buf_pos + len(members.buf)) - pos
             yield ReadError(reason, pos, detail, skipped)
             if nxt is None:
                 return

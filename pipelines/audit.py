@@ -17,6 +17,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipelines import io
+from pipelines.stages import FILE_ROWS_JSON
 
 SAMPLE = 20  # offending ids named per check
 
@@ -47,32 +48,33 @@ def _repeats(pcoll, label: str):
 def audit(options, root: str, stages: list[str]) -> dict:
     """Run the audit over `docs/text` and `dropped/<stage>` of `stages`; returns the report (also
     written to OUT/stats/audit.json) and raises LossAuditError on a violation."""
-    emitted_rows = io.read_json(io.join(root, "read", "file_rows.json")) or {}
-    columns = ["id", "warc_file", "warc_offset"]
-    places = [io.join(root, "docs", "text")] + [io.join(root, "dropped", s) for s in stages]
+    emitted_rows = io.read_json(io.join(root, "read", FILE_ROWS_JSON)) or {}
+    checks = ("provenance_repeated", "kept_id_repeated", "file_rows_mismatch")
+
+    def finish(report: dict) -> None:
+        report.update(files=len(emitted_rows), ok=not any(report[k] for k in checks))
+        io.write_json(io.join(root, "stats", "audit.json"), report)
+
     with beam.Pipeline(options=options) as p:
-        rows = ([p | f"Read {place}" >> beam.io.ReadFromParquet(io.join(place, "part*.parquet"), columns=columns)
-                 for place in places] | "AllRows" >> beam.Flatten())
-        kept = p | "ReadKept" >> beam.io.ReadFromParquet(io.join(places[0], "part*.parquet"), columns=["id"])
+        columns = ["id", "warc_file", "warc_offset"]
+        kept, *dropped = [p | f"Read {place}" >> beam.io.ReadFromParquet(io.join(root, place, "part*.parquet"),
+                                                                          columns=columns)
+                          for place in ["docs/text"] + [f"dropped/{s}" for s in stages]]
+        rows = [kept, *dropped] | "AllRows" >> beam.Flatten()
         found = rows | "FileOf" >> beam.Map(lambda r: (r["warc_file"] or "", 1))
         emitted = p | "Emitted" >> beam.Create(sorted(emitted_rows.items()))
-        checks = {
+        results = {
             "provenance_repeated": _repeats(rows | "Provenance" >> beam.Map(_provenance), "Provenance"),
             "kept_id_repeated": _repeats(kept | "KeptIds" >> beam.Map(lambda r: r["id"]), "KeptIds"),
             "file_rows_mismatch": ({"found": found, "emitted": emitted} | "ByFile" >> beam.CoGroupByKey()
                                    | "Compare" >> beam.MapTuple(lambda path, g: (path, (g["found"], g["emitted"])))
                                    | "Mismatch" >> beam.FlatMap(_file_mismatches)
                                    | "MismatchSample" >> beam.combiners.Top.Of(SAMPLE, reverse=True)),
+            "rows": rows | "CountRows" >> beam.combiners.Count.Globally(),
         }
-        total = rows | "CountRows" >> beam.combiners.Count.Globally()
-        named = [checks[k] | f"Label {k}" >> beam.Map(lambda v, k=k: (k, v)) for k in checks]
-        named.append(total | "LabelRows" >> beam.Map(lambda n: ("rows", n)))
-        (named | "AllChecks" >> beam.Flatten() | "Report" >> beam.combiners.ToDict()
-         | "WriteReport" >> beam.Map(lambda report: io.write_json(io.join(root, "stats", "audit.json"), report)))
+        ([results[k] | f"Label {k}" >> beam.Map(lambda v, k=k: (k, v)) for k in results]
+         | "AllChecks" >> beam.Flatten() | "Report" >> beam.combiners.ToDict() | "WriteReport" >> beam.Map(finish))
     report = io.read_json(io.join(root, "stats", "audit.json"))
-    report["files"] = len(emitted_rows)
-    report["ok"] = not any(report[k] for k in checks)
-    io.write_json(io.join(root, "stats", "audit.json"), report)
     if not report["ok"]:
         problems = "; ".join(f"{k}: {', '.join(map(str, report[k]))}" for k in checks if report[k])
         raise LossAuditError(f"loss audit failed under {root}: {problems}")

@@ -349,16 +349,6 @@ TARGETS = {
     "image": image,
 }
 
-# The packages each target's runner instruments for coverage (the product code and the pure-Python
-# library code it drives; fastwarc and resiliparse are compiled and give no Python coverage).
-INSTRUMENT = {
-    "warc_raw": ["extract"],
-    "warc_records": ["extract"],
-    "charset": ["extract"],
-    "html": ["extract"],
-    "image": ["filters", "PIL", "imagehash"],
-}
-
 
 def describe_warc(data: bytes) -> str:
     """What a warc_records input builds and what the reader gives (for reading a saved failure)."""
