@@ -29,17 +29,7 @@ def test_every_target_has_a_runner_entry():
     assert sorted(TARGETS) == sorted(TARGET_NAMES)
 
 
-# warc_records still finds losses after truncated gzip members (open work, tests/fuzz/regressions/README.md):
-# the live run reports them without failing the suite until the reader is fixed, and the saved inputs
-# that show them are strict xfails, so fixing the reader flips them to a failure that asks to remove them.
-KNOWN_OPEN = {"warc_records": "records lost after truncated gzip members (open)"}
-OPEN_INPUTS = {"warc_records/truncated-members-lose-following-records",
-               "warc_records/truncated-member-then-junk-wrong-offset",
-               "warc_records/plain-damaged-first-record-stray-gzip-magic-unseekable"}
-
-
-@pytest.mark.parametrize("target", [pytest.param(t, marks=pytest.mark.xfail(reason=KNOWN_OPEN[t], strict=False))
-                                    if t in KNOWN_OPEN else t for t in TARGET_NAMES])
+@pytest.mark.parametrize("target", TARGET_NAMES)
 def test_fuzz_target(target, tmp_path):
     cmd = [sys.executable, "-m", "tests.fuzz.run", target, f"-max_total_time={FUZZ_SECONDS}",
            f"-artifact_prefix={ROOT / 'build' / 'fuzz' / 'artifacts' / target}{os.sep}", str(tmp_path / "corpus")]
@@ -59,9 +49,7 @@ def test_fuzz_target(target, tmp_path):
 def _regressions() -> list:
     if not REGRESSIONS.is_dir():
         return []
-    return [pytest.param(d.name, f, id=f"{d.name}/{f.name}",
-                         marks=[pytest.mark.xfail(reason="open: the reader still loses these records", strict=True)]
-                         if f"{d.name}/{f.name}" in OPEN_INPUTS else [])
+    return [pytest.param(d.name, f, id=f"{d.name}/{f.name}")
             for d in sorted(REGRESSIONS.iterdir()) if d.is_dir()
             for f in sorted(d.iterdir()) if f.is_file()]
 
