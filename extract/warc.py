@@ -219,7 +219,9 @@ class _Framer(_ReadAhead):
             return
         length = int(m.group(1))
         if length > self.max_record_bytes:
-            yield self._skip_block(start, header_end, length)
+            unit = self._skip_block(start, header_end, length)
+            if unit is not None:
+                yield unit
             return
         end = header_end + length
         if not self.have(end):
@@ -286,13 +288,16 @@ class _Framer(_ReadAhead):
                 self.consume(len(self.buf))
                 return self._unit(reason, start, detail, cost)
 
-    def _skip_block(self, start: int, header_end: int, length: int) -> ReadError:
-        """A record over the size cap: its block is streamed past, never held."""
+    def _skip_block(self, start: int, header_end: int, length: int) -> ReadError | None:
+        """A record over the size cap: its block is streamed past, never held. None when the source
+        broke off inside it (the member's loss, which the caller reports)."""
         remaining = header_end + length
         while remaining > 0 and (self.buf or self.fill()):
             n = min(remaining, len(self.buf))
             self.consume(n)
             remaining -= n
+        if remaining > 0 and self.source_damaged():
+            return None
         return ReadError("record_too_large", self._where(start),
                          f"{length} bytes", header_end + length)
 
@@ -398,7 +403,9 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
         member = _Member(members, pos)
         framer = _Framer(member.read, max_record_bytes, pos, lambda: bool(member.error),
                          is_bomb=lambda junk: junk > max_record_bytes and member.inflated > BOMB_RATIO * member.fed)
-        records, held = 0, []  # the framer's damage units wait: a member that breaks off owns them
+        # The framer's damage units wait: a corrupt member's garbage is its own single unit; a truncated
+        # member's units before the cut are real (the framer reports nothing for the cut record itself).
+        records, held = 0, []
         for item in framer:
             if isinstance(item, ReadError):
                 held.append(item)
@@ -417,6 +424,8 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
         end = member.end()
         if member.error:  # corrupt, or cut off (at the end of the file, or by the next member)
             reason, _, detail = member.error.partition(":")
+            if reason == "truncated_gzip_member":  # what inflated before the cut is the file's own bytes
+                yield from held
             nxt = members.next_magic(pos)
             skipped = (nxt if nxt is not None else members.buf_pos + len(members.buf)) - pos
             yield ReadError(reason, pos, detail, skipped)
@@ -456,20 +465,26 @@ def iter_records(stream: BinaryIO, max_record_bytes: int = 64 << 20) -> Iterator
         yield ReadError("empty_file", 0)
 
 
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # never in WARC header text; common in deflate data
+
+
 def _gzip_after_damage(head: bytes) -> bool:
-    """A file that does not start with a gzip header is still gzip when, before any WARC version line,
-    a gzip member begins that inflates to one (the first member was damaged). A plain WARC may hold
-    gzip bytes too, as a gzip-encoded HTTP body, but those inflate to the body, not to a record."""
+    """A file that does not start with a gzip header is still gzip (its first member was damaged) when
+    a member that inflates to a WARC record begins before the first version line, or when its first
+    bytes hold no version line at all and are binary (a damaged plain WARC starts with header text). A
+    plain WARC may hold gzip bytes too, as a gzip-encoded HTTP body, but those inflate to the body, not
+    to a record."""
     version = VERSION_LINE.search(head)
-    end = version.start() if version else len(head)
-    magic = head.find(GZIP_MAGIC, 0, end)
+    if version is None:
+        return _CONTROL.search(head, 0, 256) is not None
+    magic = head.find(GZIP_MAGIC, 0, version.start())
     while magic >= 0:
         try:
             if VERSION_LINE.match(zlib.decompressobj(31).decompress(head[magic:], 64)):
                 return True
         except zlib.error:
             pass
-        magic = head.find(GZIP_MAGIC, magic + 1, end)
+        magic = head.find(GZIP_MAGIC, magic + 1, version.start())
     return False
 
 
