@@ -1,4 +1,5 @@
-"""Image branch benchmark and evaluation (issue #6).
+"""Image branch benchmark and evaluation: decode + hash throughput against bare Pillow, and keep/drop
+decisions against labelled pages.
 
     .venv/bin/python benchmarks/images.py                       # throughput: decode + hash vs bare Pillow
     .venv/bin/python benchmarks/images.py --images DIR --warc X.warc.gz --rounds 5
@@ -43,7 +44,7 @@ import imagehash  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from dedup.image import ImagePairs, resolve  # noqa: E402
+from pipelines.image_pairs import ImagePairs, image_pairs_config  # noqa: E402
 from extract.images import canonical_url, read_pages_and_images  # noqa: E402
 from filters.image import decode_image  # noqa: E402
 
@@ -62,7 +63,7 @@ def throughput(image_dir: str, warc: str, rounds: int) -> dict:
     if warc:
         groups["warc_images"] = [r["payload"] for r in read_pages_and_images(warc)[1]]
     groups["all"] = [b for blobs in groups.values() for b in blobs]
-    cfg = resolve({"min_side": 1, "max_aspect": 1e9})
+    cfg = image_pairs_config({"min_side": 1, "max_aspect": 1e9})
     return {name: _race(blobs, cfg, rounds) for name, blobs in groups.items()}
 
 

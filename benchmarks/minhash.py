@@ -39,7 +39,9 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])  # repo root, not benchma
 
 from dedup.exact import normalize_for_hash  # noqa: E402
 from dedup.minhash import MinHasher, jaccard, shingles, uses_characters  # noqa: E402
-from dedup.near import DEFAULTS  # noqa: E402
+from dedup.near import NearDedupConfig  # noqa: E402
+
+DEFAULTS = NearDedupConfig().model_dump()
 
 DEFAULT_WARC = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 SPEEDUP_TARGET = 5.0

@@ -13,7 +13,8 @@ that drift of the machine's speed hits both alike:
   AdamW makes one O(rc) pass, so this ratio grows with the model and no implementation keeps it near 1.
 * train_step: one training step as the trainer runs it: forward on --batch packed rows of --seq tokens
   (documents of random lengths, sample-level masking), cross entropy, backward, optimizer step,
-  zero_grad; bf16 autocast on CUDA. The target (issue #7: tiered ≤ 1.5× AdamW) is read on this figure.
+  zero_grad; bf16 autocast on CUDA. The target (a tiered training step takes
+  ≤ 1.5× an AdamW one) is read on this figure.
 
 Prints one JSON object: per device both figures, ratio = tiered / adamw, and "targets".
 

@@ -1,4 +1,5 @@
-"""Held-out BPB of the tiered optimizers vs all-AdamW at equal tokens (issue #7's note).
+"""Held-out BPB of the tiered optimizers vs all-AdamW at equal tokens (bits-per-byte on held-out text:
+the base-model evaluation of the DeepSeek-V4.1 report, §4.3).
 
 Trains the same model (trainer.model.Transformer, same seed, so the same initial weights) on the same
 shards in the same order, once with the tiered optimizers (trainer.optim.build_optimizer: Muon /

@@ -1,5 +1,5 @@
 """Image references and their alt text from HTML pages, with the cheap filters that run before any
-image byte is read (no Beam here; the Beam branch is dedup/image.py).
+image byte is read (no Beam here; the Beam branch is pipelines/image_pairs.py).
 
 Extraction: every `<img>` element in document order (its index is the `position`, the same count as
 `querySelectorAll("img")`), with `<picture>`/`srcset` and lazy-loading attributes as fallbacks for

@@ -128,7 +128,7 @@ def phash(rgb: Image.Image) -> int:
 
 def decode_image(data: bytes, cfg: dict) -> DecodedImage | str:
     """DecodedImage, or the reason the bytes are rejected. `cfg`: min_side, max_aspect, max_pixels,
-    max_image_bytes, formats (see dedup.image.DEFAULTS)."""
+    max_image_bytes, formats (see pipelines.image_pairs.ImagePairsConfig)."""
     try:
         rgb, facts = open_image(data, cfg, PHASH_WORK_SIDE)
     except ImageRejected as err:

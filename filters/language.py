@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 LID_MODEL = Path(__file__).parent / "models" / "lid.176.ftz"
 
 
-def _local_copy(path: str) -> str:
-    """fastText loads from a local file only; copy remote (gs://, s3://) models through Beam IO."""
-    if os.path.exists(path):
-        return path
-    from apache_beam.io.filesystems import FileSystems
-
-    fd, local = tempfile.mkstemp(suffix=Path(path).suffix)
-    with os.fdopen(fd, "wb") as out, FileSystems.open(path) as src:
-        out.write(src.read())
-    return local
-
-
 class LanguageIdentifier:
-    """Top-1 language and probability of a text; `max_chars` bounds the cost on long documents."""
+    """Top-1 language and probability of a text; `max_chars` bounds the cost on long documents.
+    `model_path` is a local file (a pipeline stage copies a remote model first: pipelines/io.local_copy)."""
 
     def __init__(self, model_path: str | None = None, max_chars: int = 2000):
         import fasttext
 
-        self.model = fasttext.load_model(_local_copy(str(model_path or LID_MODEL)))
+        self.model = fasttext.load_model(str(model_path or LID_MODEL))
         self.max_chars = max_chars
 
     def __call__(self, text: str) -> tuple[str, float]:

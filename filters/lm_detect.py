@@ -64,14 +64,14 @@ class SamplingDiscrepancy:
             dtype = getattr(torch, self.dtype)
         else:
             raise ValueError(f"lm_dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
-        name = _local_gguf(self.model_name)
+        name = self.model_name
         self.tokenizer = _load_tokenizer(name)
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-2 style: any id works, padded positions are masked
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = _load_lm(name, dtype).to(self.device).eval()
         if self.reference_name:
-            reference = _local_gguf(self.reference_name)
+            reference = self.reference_name
             if _load_tokenizer(reference).get_vocab() != self.tokenizer.get_vocab():
                 raise ValueError(f"{self.reference_name} and {self.model_name} must share one tokenizer")
             self.reference = _load_lm(reference, dtype).to(self.device).eval()
@@ -96,15 +96,6 @@ class SamplingDiscrepancy:
                                                        enc["attention_mask"][:, 1:])
         return [float(d) if n >= 1 and math.isfinite(d) else None
                 for d, n in zip(discrepancy.tolist(), tokens.tolist())]
-
-
-def _local_gguf(name: str) -> str:
-    """A GGUF file on a Beam filesystem (gs://, s3://) is copied to local disk once per load()."""
-    if name.endswith(".gguf") and "://" in name:
-        from filters.language import _local_copy
-
-        return _local_copy(name)
-    return name
 
 
 def _source(name: str) -> tuple[str, dict]:

@@ -1,7 +1,7 @@
 """Heuristic document-quality rules: Gopher quality + repetition, C4 (doc level), FineWeb.
 
-Pure Python (stdlib ``re`` + numpy); no Beam imports, so it can be used from a DoFn,
-a notebook or a unit test alike.
+Pure Python (stdlib ``re`` + numpy; pydantic for the config); no Beam imports, so it can
+be used from a DoFn, a notebook or a unit test alike.
 
 Rules follow the published heuristics and datatrove's reference implementations,
 with the published default thresholds:
@@ -17,13 +17,15 @@ with the published default thresholds:
   never rewritten or dropped here.
 * FineWeb -- Penedo et al. 2024, "The FineWeb Datasets" (datatrove ``FineWebQualityFilter``).
 
-Every rule has its own reason code and threshold; every measured value is returned so
-a dropped document can be audited.  Usage::
+Every rule -- threshold field, comparison, reason code, measured value, default and
+source -- is declared once, in :data:`RULES`; :class:`QualityConfig`'s threshold fields
+and :class:`QualityFilter`'s ``reason_codes`` / ``value_keys`` / checks are generated from
+it.  Every measured value is returned so a dropped document can be audited.  Usage::
 
     qf = QualityFilter(QualityConfig.from_dict(cfg_dict))
     reasons, values = qf(text, lang)        # reasons == [] -> keep
 
-Multilingual behaviour (all documented per rule below):
+Multilingual behaviour (documented per measure function below):
 
 * One tokenizer, :func:`tokenize`, is used by every rule.  Space-delimited scripts are
   split into runs of letters/digits/combining marks (internal ``'``/``’``/``-`` kept,
@@ -39,19 +41,34 @@ Multilingual behaviour (all documented per rule below):
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import operator
 import re
 import unicodedata
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Any, Optional
 
 import numpy as np
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    ValidationInfo,
+    create_model,
+)
 
 __all__ = [
     "QualityConfig",
     "QualityFilter",
+    "Rule",
+    "RULES",
+    "FAMILIES",
+    "GUARDS",
     "tokenize",
     "normalize_lang",
     "DEFAULT_STOP_WORDS",
@@ -235,11 +252,225 @@ def _count_symbol_tokens(text: str) -> int:
 
 
 # --------------------------------------------------------------------------------------
+# Rules: every threshold -> reason, declared once
+# --------------------------------------------------------------------------------------
+
+#: Rule families, in output order; each is also a boolean config field of that name.
+FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+#: Conditions a rule can be restricted to (:attr:`Rule.when`); implemented in
+#: :meth:`QualityFilter._guard`.
+GUARDS: dict[str, str] = {
+    "spaced_script": "only for languages written with spaces (not in gopher_word_length_skip_langs)",
+    "stop_word_list": "only for languages with a list in gopher_stop_words",
+    "line_punct_zero": "a ratio of exactly 0 passes when fineweb_line_punct_exclude_zero is true",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One document rule: a document fails when ``value <fails> threshold``.
+
+    The threshold is the config field :attr:`field`; ``None`` switches the rule off.
+    Special forms (see :attr:`kind`):
+
+    * ``"per_n"`` -- :attr:`reason` and :attr:`value` contain ``{n}``; the field is an
+      ``{n: threshold}`` map and the rule is applied once per entry, n ascending;
+    * ``"switch"`` -- the field is a boolean that switches the rule on; the threshold is
+      the constant :attr:`fixed`.
+
+    Several rules may share a :attr:`reason` (the two mean-word-length bounds): the reason
+    is reported once if any of them fails.  :attr:`reason_codes` and :attr:`value_keys`
+    of :class:`QualityFilter` are the reasons and values of :data:`RULES`, in table order.
+    """
+
+    reason: str  #: reason code, e.g. "gopher_too_few_words"
+    value: str  #: measured value key, e.g. "gopher_word_count"
+    field: str  #: QualityConfig field holding the threshold, e.g. "gopher_min_doc_words"
+    fails: str  #: comparison that FAILS the document: "<", "<=", ">", ">=" (value OP threshold)
+    default: float | int | bool | tuple[tuple[int, float], ...] | None  #: the field's default
+    family: str  #: one of FAMILIES
+    #: the paper + section and the reference code whose comparison this follows
+    source: str
+    #: what the threshold is (first part of the config field's description)
+    doc: str
+    #: a GUARDS key restricting the rule, or None
+    when: str | None = None
+    #: the threshold of a "switch" rule (boolean field)
+    fixed: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fails not in _OPS:
+            raise ValueError(f"{self.reason}: fails must be one of {sorted(_OPS)}, got {self.fails!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.reason}: unknown family {self.family!r}")
+        if self.when is not None and self.when not in GUARDS:
+            raise ValueError(f"{self.reason}: unknown guard {self.when!r}")
+        if ("{n}" in self.reason) != ("{n}" in self.value):
+            raise ValueError(f"{self.reason}: reason and value must both contain {{n}} or neither")
+        if (self.fixed is not None) != isinstance(self.default, bool):
+            raise ValueError(f"{self.reason}: a switch rule (boolean default) needs `fixed`, others none")
+
+    @property
+    def kind(self) -> str:
+        """``"per_n"``, ``"switch"`` or ``"threshold"``."""
+        if "{n}" in self.reason:
+            return "per_n"
+        return "switch" if isinstance(self.default, bool) else "threshold"
+
+    def expand(self, config: QualityConfig) -> list[tuple[str, str, float | None]]:
+        """``(reason, value key, threshold or None = off)`` of this rule under ``config``."""
+        setting = getattr(config, self.field)
+        if self.kind == "per_n":
+            return [(self.reason.format(n=n), self.value.format(n=n), thr) for n, thr in setting]
+        if self.kind == "switch":
+            return [(self.reason, self.value, self.fixed if setting else None)]
+        return [(self.reason, self.value, setting)]
+
+    def describe(self) -> str:
+        """Field description: what the threshold is, when it fails, where the default is from."""
+        if self.kind == "switch":
+            test = f"when true, fails if {self.value} {self.fails} {self.fixed:g}"
+        elif self.kind == "per_n":
+            test = f"{{n: threshold}}; fails if {self.value} {self.fails} threshold, for each n"
+        else:
+            test = f"fails if {self.value} {self.fails} threshold; null turns the rule off"
+        when = f"; {GUARDS[self.when]}" if self.when else ""
+        return f"{self.doc} ({test}{when}; reason {self.reason}). Default and comparison: {self.source}"
+
+
+_GOPHER = "Rae et al. 2021 (Gopher) A.1.1"
+_GOPHER_A1 = "Rae et al. 2021 (Gopher) A.1.1, table A1"
+_C4 = "Raffel et al. 2020 (C4) 2.2"
+_FINEWEB = "Penedo et al. 2024 (FineWeb) sec. 3, custom heuristic filters"
+_DT_GQ, _DT_GR = "datatrove GopherQualityFilter", "datatrove GopherRepetitionFilter"
+_DT_C4, _DT_FW = "datatrove C4QualityFilter", "datatrove FineWebQualityFilter"
+
+#: Every document rule, in output order.  Comparisons were checked against datatrove's
+#: ``gopher_quality_filter.py``, ``gopher_repetition_filter.py``, ``c4_filters.py`` and
+#: ``fineweb_quality_filter.py``: all agree.  One general difference: datatrove's Gopher
+#: filters test ``if threshold and ...``, so a threshold of 0 turns a rule off there; here
+#: only ``None`` does, and 0 is an ordinary threshold.
+RULES: tuple[Rule, ...] = (
+    # ---- Gopher quality
+    Rule("gopher_too_few_words", "gopher_word_count", "gopher_min_doc_words", "<", 50,
+         "gopher_quality", f"{_GOPHER}: fewer than 50 words; {_DT_GQ}: n_words < min_doc_words",
+         "Minimum number of words"),
+    Rule("gopher_too_many_words", "gopher_word_count", "gopher_max_doc_words", ">", 100_000,
+         "gopher_quality", f"{_GOPHER}: more than 100,000 words; {_DT_GQ}: n_words > max_doc_words",
+         "Maximum number of words"),
+    Rule("gopher_mean_word_length", "gopher_mean_word_length", "gopher_min_avg_word_length", "<", 3.0,
+         "gopher_quality",
+         f"{_GOPHER}: mean word length outside 3 to 10 characters; {_DT_GQ}: avg_n_words < "
+         "min_avg_word_length (datatrove reports its own reason, gopher_below_avg_threshold)",
+         "Minimum mean word length in characters (Hangul: letters, see gopher_hangul_length_in_jamo)",
+         when="spaced_script"),
+    Rule("gopher_mean_word_length", "gopher_mean_word_length", "gopher_max_avg_word_length", ">", 10.0,
+         "gopher_quality",
+         f"{_GOPHER}: mean word length outside 3 to 10 characters; {_DT_GQ}: avg_n_words > "
+         "max_avg_word_length (datatrove reports its own reason, gopher_above_avg_threshold)",
+         "Maximum mean word length in characters", when="spaced_script"),
+    Rule("gopher_symbol_ratio", "gopher_symbol_word_ratio", "gopher_max_symbol_word_ratio", ">", 0.1,
+         "gopher_quality",
+         f"{_GOPHER}: symbol-to-word ratio greater than 0.1 for the hash symbol or the ellipsis; "
+         f"{_DT_GQ}: count('#') / n_words > max_symbol_word_ratio, and the same for ellipses "
+         "(two tests with one threshold; here one value, the larger count)",
+         "Maximum ratio of hash symbols or ellipses (whichever is more) to words"),
+    Rule("gopher_bullet_lines", "gopher_bullet_line_ratio", "gopher_max_bullet_lines_ratio", ">", 0.9,
+         "gopher_quality",
+         f"{_GOPHER}: more than 90% of lines starting with a bullet point; {_DT_GQ}: bullet lines / "
+         "lines > max_bullet_lines_ratio",
+         "Maximum fraction of non-blank lines starting with a bullet"),
+    Rule("gopher_ellipsis_lines", "gopher_ellipsis_line_ratio", "gopher_max_ellipsis_lines_ratio", ">",
+         0.3, "gopher_quality",
+         f"{_GOPHER}: more than 30% of lines ending with an ellipsis; {_DT_GQ}: ellipsis lines / lines "
+         "> max_ellipsis_lines_ratio",
+         "Maximum fraction of non-blank lines ending with an ellipsis"),
+    Rule("gopher_alpha_words", "gopher_alpha_word_ratio", "gopher_min_alpha_words_ratio", "<", 0.8,
+         "gopher_quality",
+         f"{_GOPHER}: 80% of words must contain an alphabetic character; {_DT_GQ}: alphabetic words / "
+         "n_words < max_non_alpha_words_ratio (a minimum despite datatrove's parameter name)",
+         "Minimum fraction of tokens (words and whitespace-delimited symbol runs) that contain a letter"),
+    Rule("gopher_stopwords", "gopher_stopword_count", "gopher_min_stop_words", "<", 2,
+         "gopher_quality",
+         f"{_GOPHER}: at least two of the, be, to, of, and, that, have, with; {_DT_GQ}: "
+         "stop-word count < min_stop_words (datatrove: English list, case-sensitive)",
+         "Minimum number of stop-word occurrences", when="stop_word_list"),
+    # ---- Gopher repetition
+    Rule("gopher_dup_lines", "gopher_dup_line_frac", "gopher_dup_line_frac", ">", 0.3,
+         "gopher_repetition",
+         f"{_GOPHER_A1}: duplicate line fraction 0.30; {_DT_GR}: line_duplicates / len(lines) > dup_line_frac",
+         "Maximum fraction of non-blank lines that repeat an earlier line"),
+    Rule("gopher_dup_paras", "gopher_dup_para_frac", "gopher_dup_para_frac", ">", 0.3,
+         "gopher_repetition",
+         f"{_GOPHER_A1}: duplicate paragraph fraction 0.30; {_DT_GR}: paragraphs_duplicates / "
+         "len(paragraphs) > dup_para_frac",
+         "Maximum fraction of paragraphs that repeat an earlier paragraph"),
+    Rule("gopher_dup_line_chars", "gopher_dup_line_char_frac", "gopher_dup_line_char_frac", ">", 0.2,
+         "gopher_repetition",
+         f"{_GOPHER_A1}: duplicate line character fraction 0.20; {_DT_GR}: char_duplicates / len(text) "
+         "> dup_line_char_frac",
+         "Maximum fraction of the document's characters inside repeated lines"),
+    Rule("gopher_dup_para_chars", "gopher_dup_para_char_frac", "gopher_dup_para_char_frac", ">", 0.2,
+         "gopher_repetition",
+         f"{_GOPHER_A1}: duplicate paragraph character fraction 0.20; {_DT_GR}: char_duplicates / "
+         "len(text) > dup_para_char_frac",
+         "Maximum fraction of the document's characters inside repeated paragraphs"),
+    Rule("gopher_top_{n}gram", "gopher_top_{n}gram_frac", "gopher_top_ngram_fracs", ">",
+         ((2, 0.20), (3, 0.18), (4, 0.16)), "gopher_repetition",
+         f"{_GOPHER_A1}: top 2/3/4-gram character fraction 0.20/0.18/0.16; {_DT_GR}: top_char_length / "
+         "len(text) > n_frac (here over word characters, see _measure_gopher_repetition)",
+         "Maximum share of word characters in the most frequent word n-gram, per n"),
+    Rule("gopher_dup_{n}gram", "gopher_dup_{n}gram_frac", "gopher_dup_ngram_fracs", ">",
+         ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)), "gopher_repetition",
+         f"{_GOPHER_A1}: duplicate 5..10-gram character fraction 0.15..0.10; {_DT_GR}: "
+         "n_duplicates_char / len(text) > n_frac (here over word characters)",
+         "Maximum share of word characters covered by repeated word n-grams, per n"),
+    # ---- C4 (document level)
+    Rule("c4_lorem_ipsum", "c4_lorem_ipsum", "c4_filter_lorem_ipsum", ">", True, "c4",
+         f"{_C4}: remove any page where the phrase 'lorem ipsum' appears; {_DT_C4} filter_lorem_ipsum: "
+         "'lorem ipsum' in line (datatrove looks only in lines its line filters keep)",
+         "Drop documents containing 'lorem ipsum' (case-insensitive)", fixed=0),
+    Rule("c4_curly_bracket", "c4_curly_bracket", "c4_filter_curly_bracket", ">", True, "c4",
+         f"{_C4}: remove any page that contains a curly bracket; {_DT_C4} filter_curly_bracket: "
+         "'{' in line (datatrove looks only in lines its line filters keep)",
+         "Drop documents containing '{'", fixed=0),
+    Rule("c4_too_few_sentences", "c4_sentence_count", "c4_min_sentences", "<", 3, "c4",
+         f"{_C4}: the paper's 'fewer than 3 sentences'; {_DT_C4}: num_sentences < min_num_sentences "
+         "(same comparison, but datatrove/TFDS default to 5, counted after dropping lines)",
+         "Minimum number of sentence ends in the whole document"),
+    # ---- FineWeb
+    Rule("fineweb_line_punct", "fineweb_line_punct_ratio", "fineweb_line_punct_thr", "<=", 0.12,
+         "fineweb",
+         f"{_FINEWEB}; {_DT_FW}: ratio <= line_punct_thr and not (ratio == 0 and "
+         "line_punct_exclude_zero) -- the same <= (datatrove counts blank lines too)",
+         "Lowest fraction of non-blank lines ending in terminal punctuation that still fails",
+         when="line_punct_zero"),
+    Rule("fineweb_short_lines", "fineweb_short_line_ratio", "fineweb_short_line_thr", ">=", 0.67,
+         "fineweb",
+         f"{_FINEWEB}; {_DT_FW}: ratio >= short_line_thr -- the same >= (datatrove counts blank "
+         "lines too and has no wide-character width)",
+         "Fraction of non-blank lines of at most fineweb_short_line_length columns at which a document fails"),
+    Rule("fineweb_dup_line_chars", "fineweb_dup_line_char_ratio", "fineweb_char_duplicates_ratio", ">=",
+         0.01, "fineweb",
+         f"{_FINEWEB}; {_DT_FW}: find_duplicates(non_empty_lines) chars / len(text without newlines) >= "
+         "char_duplicates_ratio -- the same >= (default 0.01 as datatrove)",
+         "Fraction of characters (newlines excluded) in repeated lines at which a document fails"),
+    Rule("fineweb_newline_ratio", "fineweb_newline_word_ratio", "fineweb_new_line_ratio", ">", 0.3,
+         "fineweb",
+         f"{_FINEWEB}; {_DT_FW}: text.count('\\n') / len(words) > new_line_ratio (here line breaks "
+         "between non-blank lines)",
+         "Maximum line breaks per word"),
+)
+
+# --------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------
 
-_TOP_NGRAMS_DEFAULT = ((2, 0.20), (3, 0.18), (4, 0.16))
-_DUP_NGRAMS_DEFAULT = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
 _NO_SPACE_LANGS = ("zh", "ja", "th", "lo", "km", "my", "bo")
 
 
@@ -254,16 +485,23 @@ def _pairs(name: str, value: Any) -> Any:
 
 
 def _freeze_stop_words(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{lang: [words]}`` -> ``((lang, (word, ...)), ...)``: lang normalised, words lower-cased,
+    sorted, deduplicated; languages sorted."""
     items = _pairs("gopher_stop_words", value)
     out = {}
     for lang, words in items:
-        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+        if isinstance(words, str) or not isinstance(words, Iterable):
+            raise ValueError(f"gopher_stop_words[{lang!r}] must be a list of strings")
+        words = list(words)
+        if not all(isinstance(w, str) for w in words):
             raise ValueError(f"gopher_stop_words[{lang!r}] must be a list of strings")
         out[normalize_lang(str(lang))] = tuple(sorted({w.lower() for w in words}))
     return tuple(sorted(out.items()))
 
 
-def _freeze_ngrams(name: str, value: Any) -> tuple[tuple[int, float], ...]:
+def _freeze_ngrams(value: Any, info: ValidationInfo) -> tuple[tuple[int, float], ...]:
+    """``{n: frac}`` (n may be a YAML string key, ``"2"``) -> ``((n, frac), ...)``, n ascending."""
+    name = info.field_name
     items = _pairs(name, value)
     out = {}
     for n, thr in items:
@@ -279,107 +517,98 @@ def _freeze_ngrams(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(out.items()))
 
 
-@dataclass(frozen=True)
-class QualityConfig:
-    """Thresholds of every rule, with the published (datatrove) defaults.
+def _freeze_langs(value: Any, info: ValidationInfo) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{info.field_name} must be a list of language codes")
+    return tuple(normalize_lang(v) for v in value)
 
-    A numeric threshold set to ``None`` switches that single rule off; the four
-    ``gopher_quality`` / ``gopher_repetition`` / ``c4`` / ``fineweb`` booleans switch a
-    whole family off (its values are then not measured either).  Build from a plain dict
-    (e.g. YAML) with :meth:`from_dict`, which rejects unknown keys.
-    """
 
-    # C4's policy/javascript line removal (filters/clean.py), applied before the rules as
-    # datatrove's C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text.
-    c4_line_filter: bool = True
+def _number(value: Any, info: ValidationInfo, *, optional: bool, integer: bool, minimum: int) -> Any:
+    """A finite number >= ``minimum`` (or None when ``optional``), returned as given; an
+    integral float is accepted for an integer setting and becomes an int.  bool and
+    strings are refused."""
+    name = info.field_name
+    if value is None and optional:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        what = "a non-negative number" + (" or null" if optional else "")
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if integer and not isinstance(value, int):
+        if not float(value).is_integer():
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
 
-    # Rule families
-    gopher_quality: bool = True
-    gopher_repetition: bool = True
-    c4: bool = True
-    fineweb: bool = True
 
-    # Gopher quality (Rae et al. 2021, A.1.1)
-    gopher_min_doc_words: int | None = 50
-    gopher_max_doc_words: int | None = 100_000
-    gopher_min_avg_word_length: float | None = 3.0
-    gopher_max_avg_word_length: float | None = 10.0
-    gopher_max_symbol_word_ratio: float | None = 0.1
-    gopher_max_bullet_lines_ratio: float | None = 0.9
-    gopher_max_ellipsis_lines_ratio: float | None = 0.3
-    gopher_min_alpha_words_ratio: float | None = 0.8
-    gopher_min_stop_words: int | None = 2
-    #: {lang: words}; the stop-word rule only runs for languages listed here.
-    gopher_stop_words: tuple[tuple[str, tuple[str, ...]], ...] = field(
-        default_factory=lambda: _freeze_stop_words(DEFAULT_STOP_WORDS)
-    )
-    #: Languages written without spaces: mean-word-length bounds are skipped.
-    gopher_word_length_skip_langs: tuple[str, ...] = _NO_SPACE_LANGS
-    #: Measure Hangul word length in letters (jamo) rather than syllable blocks.
-    gopher_hangul_length_in_jamo: bool = True
+def _number_type(base: type, *, optional: bool, minimum: int = 0) -> Any:
+    """A plain validator (pydantic's own float/int coercion would turn an int threshold into a
+    float and accept strings); ``json_schema_input_type`` keeps the schema typed."""
+    kind = Optional[base] if optional else base  # noqa: UP045 (a runtime type expression)
+    check = partial(_number, optional=optional, integer=base is int, minimum=minimum)
+    return Annotated[kind, PlainValidator(check, json_schema_input_type=kind)]
 
-    # Gopher repetition (Rae et al. 2021, A.1.1, table A1)
-    gopher_dup_line_frac: float | None = 0.3
-    gopher_dup_para_frac: float | None = 0.3
-    gopher_dup_line_char_frac: float | None = 0.2
-    gopher_dup_para_char_frac: float | None = 0.2
-    gopher_top_ngram_fracs: tuple[tuple[int, float], ...] = _TOP_NGRAMS_DEFAULT
-    gopher_dup_ngram_fracs: tuple[tuple[int, float], ...] = _DUP_NGRAMS_DEFAULT
-    #: n-gram length multiplier for languages without spaces (character n-grams stand for words).
-    gopher_cjk_ngram_scale: int = 2
 
-    # C4 (Raffel et al. 2020, section 2.2), document level only
-    c4_filter_lorem_ipsum: bool = True
-    c4_filter_curly_bracket: bool = True
-    c4_min_sentences: int | None = 3
+Threshold = _number_type(float, optional=True)
+IntThreshold = _number_type(int, optional=True)
+Count = _number_type(int, optional=False)
+PositiveCount = _number_type(int, optional=False, minimum=1)
+StopWords = Annotated[tuple[tuple[str, tuple[str, ...]], ...], BeforeValidator(_freeze_stop_words)]
+NgramFracs = Annotated[tuple[tuple[int, float], ...], BeforeValidator(_freeze_ngrams)]
+LangCodes = Annotated[tuple[str, ...], BeforeValidator(_freeze_langs)]
 
-    # FineWeb (Penedo et al. 2024)
-    fineweb_line_punct_thr: float | None = 0.12
-    fineweb_line_punct_exclude_zero: bool = False
-    fineweb_short_line_thr: float | None = 0.67
-    fineweb_short_line_length: int = 30
-    #: Display width of an East-Asian wide character for short-line length (1 = upstream).
-    fineweb_wide_char_width: int = 2
-    fineweb_char_duplicates_ratio: float | None = 0.01
-    fineweb_new_line_ratio: float | None = 0.3
 
-    def __post_init__(self) -> None:
-        defaults = {f.name: f for f in dataclasses.fields(self)}
-        for name, f in defaults.items():
-            value = getattr(self, name)
-            if name == "gopher_stop_words":
-                object.__setattr__(self, name, _freeze_stop_words(value))
-            elif name in ("gopher_top_ngram_fracs", "gopher_dup_ngram_fracs"):
-                object.__setattr__(self, name, _freeze_ngrams(name, value))
-            elif name == "gopher_word_length_skip_langs":
-                if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"{name} must be a list of language codes")
-                object.__setattr__(self, name, tuple(normalize_lang(v) for v in value))
-            elif isinstance(f.default, bool):
-                if not isinstance(value, bool):
-                    raise ValueError(f"{name} must be true/false, got {value!r}")
-            else:  # numeric threshold
-                optional = name not in ("fineweb_short_line_length", "fineweb_wide_char_width")
-                if value is None and optional:
-                    continue
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, (int, float))
-                    or not math.isfinite(value)
-                    or value < 0
-                ):
-                    what = "a non-negative number" + (" or null" if optional else "")
-                    raise ValueError(f"{name} must be {what}, got {value!r}")
-                if isinstance(f.default, int) and not isinstance(value, int):
-                    if not float(value).is_integer():
-                        raise ValueError(f"{name} must be an integer, got {value!r}")
-                    object.__setattr__(self, name, int(value))
-        if self.fineweb_wide_char_width < 1:
-            raise ValueError("fineweb_wide_char_width must be >= 1")
+class _QualitySettings(BaseModel):
+    """The settings that are not a rule threshold (those are generated from :data:`RULES`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    c4_line_filter: StrictBool = Field(True, description=(
+        "Remove C4's policy/javascript lines (filters/clean.py) before the rules, as datatrove's "
+        "C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text."))
+    gopher_quality: StrictBool = Field(True, description=(
+        "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))
+    gopher_repetition: StrictBool = Field(True, description=(
+        "Run the Gopher repetition rules (Rae et al. 2021, A.1.1, table A1); off: not measured."))
+    c4: StrictBool = Field(True, description=(
+        "Run the C4 document-level rules (Raffel et al. 2020, 2.2); off: not measured."))
+    fineweb: StrictBool = Field(True, description=(
+        "Run the FineWeb rules (Penedo et al. 2024); off: not measured."))
+    gopher_stop_words: StopWords = Field(_freeze_stop_words(DEFAULT_STOP_WORDS), description=(
+        "{lang: [words]} for the stop-word rule, which runs only for languages listed here "
+        "(replaces the built-in lists: Gopher's English list, Rae et al. 2021 A.1.1, and small "
+        "lists of the most frequent function words of de, fr, es, it, pt, nl, ru)."))
+    gopher_word_length_skip_langs: LangCodes = Field(_NO_SPACE_LANGS, description=(
+        "Languages written without spaces, whose 'words' are single characters or whole phrases: "
+        "the mean-word-length bounds are skipped and n-grams are scaled by gopher_cjk_ngram_scale "
+        "(this project's choice)."))
+    gopher_hangul_length_in_jamo: StrictBool = Field(True, description=(
+        "Measure Hangul word length in letters (jamo) rather than syllable blocks: counted in blocks "
+        "ordinary Korean prose averages < 3 and fails (this project's choice)."))
+    gopher_cjk_ngram_scale: Count = Field(2, description=(
+        "n-gram length multiplier for gopher_word_length_skip_langs, whose n-grams are characters: "
+        "a Chinese word averages 1.5-2 characters; unscaled, 8% of real human zh pages of our dev "
+        "corpus failed (this project's choice)."))
+    fineweb_line_punct_exclude_zero: StrictBool = Field(False, description=(
+        "Let a document with no line ending in punctuation pass the line-punctuation rule "
+        "(datatrove FineWebQualityFilter line_punct_exclude_zero, default false)."))
+    fineweb_short_line_length: Count = Field(30, description=(
+        "Maximum length in columns of a 'short' line for fineweb_short_line_thr "
+        "(datatrove FineWebQualityFilter short_line_length, default 30)."))
+    fineweb_wide_char_width: PositiveCount = Field(2, description=(
+        "Columns an East-Asian wide character counts for the short-line length: a 15-character "
+        "Chinese sentence is not 'short' (1 = upstream datatrove; 2 is this project's choice)."))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> QualityConfig:
-        """Build from a plain dict; unknown keys raise ``ValueError``.
+        """Build from a plain dict (e.g. YAML); ``None`` or ``{}`` gives the defaults and
+        unknown keys raise ``ValueError``.
 
         ``gopher_top_ngram_fracs`` / ``gopher_dup_ngram_fracs`` accept ``{n: frac}``
         (YAML string keys are fine) and ``gopher_stop_words`` accepts ``{lang: [words]}``
@@ -389,7 +618,7 @@ class QualityConfig:
             return cls()
         if not isinstance(d, Mapping):
             raise ValueError(f"QualityConfig.from_dict expects a mapping, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = set(cls.model_fields)
         unknown = sorted(str(k) for k in d if k not in known)
         if unknown:
             raise ValueError(
@@ -400,12 +629,52 @@ class QualityConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (round-trips through :meth:`from_dict`)."""
-        out = dataclasses.asdict(self)
+        out = self.model_dump()
         out["gopher_stop_words"] = {k: list(v) for k, v in self.gopher_stop_words}
         out["gopher_top_ngram_fracs"] = dict(self.gopher_top_ngram_fracs)
         out["gopher_dup_ngram_fracs"] = dict(self.gopher_dup_ngram_fracs)
         out["gopher_word_length_skip_langs"] = list(self.gopher_word_length_skip_langs)
         return out
+
+
+def _rule_field(rule: Rule) -> tuple[Any, Any]:
+    """(type, FieldInfo) of the config field of a rule, from the rule's default."""
+    if rule.kind == "per_n":
+        kind = NgramFracs
+    elif rule.kind == "switch":
+        kind = StrictBool
+    elif isinstance(rule.default, int):
+        kind = IntThreshold
+    else:
+        kind = Threshold
+    extra = {"reason": rule.reason, "value": rule.value, "fails": rule.fails, "family": rule.family}
+    return kind, Field(rule.default, description=rule.describe(), json_schema_extra=extra)
+
+
+def _rule_fields() -> dict[str, tuple[Any, Any]]:
+    fields: dict[str, tuple[Any, Any]] = {}
+    for rule in RULES:
+        if rule.field in fields or rule.field in _QualitySettings.model_fields:
+            raise ValueError(f"config field {rule.field!r} is declared twice")
+        fields[rule.field] = _rule_field(rule)
+    return fields
+
+
+QualityConfig = create_model(
+    "QualityConfig",
+    __base__=_QualitySettings,
+    __module__=__name__,
+    __doc__=(
+        "Thresholds of every rule and the other settings, with the published defaults.\n\n"
+        "A frozen, hashable pydantic model.  A numeric threshold set to ``None`` switches that\n"
+        "single rule off; the four ``gopher_quality`` / ``gopher_repetition`` / ``c4`` /\n"
+        "``fineweb`` booleans switch a whole family off (its values are then not measured\n"
+        "either).  The rule fields are generated from :data:`RULES` (one per ``Rule.field``,\n"
+        "described by the rule); build from a plain dict (e.g. YAML) with :meth:`from_dict`,\n"
+        "which rejects unknown keys.\n"
+    ),
+    **_rule_fields(),
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -468,15 +737,9 @@ class QualityFilter:
     """Applies the rule families of a :class:`QualityConfig` to one document.
 
     ``measure`` computes values, ``check`` turns values into reason codes, and calling the
-    filter does both.  Reason codes come out in the fixed order of :attr:`reason_codes`::
-
-        gopher_too_few_words, gopher_too_many_words, gopher_mean_word_length,
-        gopher_symbol_ratio, gopher_bullet_lines, gopher_ellipsis_lines,
-        gopher_alpha_words, gopher_stopwords,
-        gopher_dup_lines, gopher_dup_paras, gopher_dup_line_chars, gopher_dup_para_chars,
-        gopher_top_{n}gram (n ascending), gopher_dup_{n}gram (n ascending),
-        c4_lorem_ipsum, c4_curly_bracket, c4_too_few_sentences,
-        fineweb_line_punct, fineweb_short_lines, fineweb_dup_line_chars, fineweb_newline_ratio
+    filter does both.  Reason codes come out in the fixed order of :attr:`reason_codes`,
+    which is the order of :data:`RULES` (``gopher_top_{n}gram`` / ``gopher_dup_{n}gram``
+    expanded with n ascending).
     """
 
     def __init__(self, config: QualityConfig):
@@ -487,60 +750,60 @@ class QualityFilter:
         self._skip_len_langs = frozenset(config.gopher_word_length_skip_langs)
         self._top = config.gopher_top_ngram_fracs
         self._dup = config.gopher_dup_ngram_fracs
+        # reason -> [(value key, comparison, threshold, guard)], in RULES order; reasons of
+        # switched-off rules keep their place in reason_codes but get no test.
+        tests: dict[str, list[tuple[str, Callable[[Any, Any], bool], float, Any]]] = {}
+        value_keys: dict[str, None] = {}
+        for rule in RULES:
+            if not getattr(config, rule.family):
+                continue
+            guard = self._guard(rule.when)
+            for reason, key, threshold in rule.expand(config):
+                value_keys[key] = None
+                group = tests.setdefault(reason, [])
+                if threshold is not None:
+                    group.append((key, _OPS[rule.fails], threshold, guard))
+        self._reason_codes = list(tests)
+        self._value_keys = list(value_keys)
+        self._tests = [(reason, tuple(group)) for reason, group in tests.items() if group]
+
+    def __reduce__(self):
+        # the compiled tests hold bound methods of self: rebuild from the config instead
+        return type(self), (self.config,)
+
+    def _guard(self, when: str | None) -> Callable[[float, str], bool] | None:
+        """The condition ``GUARDS[when]`` as ``(value, lang) -> applies``; None: always."""
+        if when is None:
+            return None
+        if when == "spaced_script":
+            return self._is_spaced
+        if when == "stop_word_list":
+            return self._has_stop_words
+        if when == "line_punct_zero":
+            return self._nonzero_punct if self.config.fineweb_line_punct_exclude_zero else None
+        raise ValueError(f"unknown guard {when!r}")
+
+    def _is_spaced(self, value: float, lang: str) -> bool:
+        return lang not in self._skip_len_langs
+
+    def _has_stop_words(self, value: float, lang: str) -> bool:
+        return lang in self._stop_words
+
+    @staticmethod
+    def _nonzero_punct(value: float, lang: str) -> bool:
+        return value != 0
 
     # ---- public API ------------------------------------------------------------------
 
     @property
     def value_keys(self) -> list[str]:
         """Keys :meth:`measure` returns under this config (disabled families omitted)."""
-        c, keys = self.config, []
-        if c.gopher_quality:
-            keys += [
-                "gopher_word_count", "gopher_mean_word_length", "gopher_symbol_word_ratio",
-                "gopher_bullet_line_ratio", "gopher_ellipsis_line_ratio",
-                "gopher_alpha_word_ratio", "gopher_stopword_count",
-            ]
-        if c.gopher_repetition:
-            keys += [
-                "gopher_dup_line_frac", "gopher_dup_para_frac",
-                "gopher_dup_line_char_frac", "gopher_dup_para_char_frac",
-            ]
-            keys += [f"gopher_top_{n}gram_frac" for n, _ in self._top]
-            keys += [f"gopher_dup_{n}gram_frac" for n, _ in self._dup]
-        if c.c4:
-            keys += ["c4_lorem_ipsum", "c4_curly_bracket", "c4_sentence_count"]
-        if c.fineweb:
-            keys += [
-                "fineweb_line_punct_ratio", "fineweb_short_line_ratio",
-                "fineweb_dup_line_char_ratio", "fineweb_newline_word_ratio",
-            ]
-        return keys
+        return list(self._value_keys)
 
     @property
     def reason_codes(self) -> list[str]:
         """Every reason code :meth:`check` can return under this config, in output order."""
-        c, codes = self.config, []
-        if c.gopher_quality:
-            codes += [
-                "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_length",
-                "gopher_symbol_ratio", "gopher_bullet_lines", "gopher_ellipsis_lines",
-                "gopher_alpha_words", "gopher_stopwords",
-            ]
-        if c.gopher_repetition:
-            codes += [
-                "gopher_dup_lines", "gopher_dup_paras", "gopher_dup_line_chars",
-                "gopher_dup_para_chars",
-            ]
-            codes += [f"gopher_top_{n}gram" for n, _ in self._top]
-            codes += [f"gopher_dup_{n}gram" for n, _ in self._dup]
-        if c.c4:
-            codes += ["c4_lorem_ipsum", "c4_curly_bracket", "c4_too_few_sentences"]
-        if c.fineweb:
-            codes += [
-                "fineweb_line_punct", "fineweb_short_lines", "fineweb_dup_line_chars",
-                "fineweb_newline_ratio",
-            ]
-        return codes
+        return list(self._reason_codes)
 
     def measure(self, text: str, lang: str) -> dict[str, float]:
         """All measured values (finite floats) of the enabled rule families."""
@@ -561,16 +824,13 @@ class QualityFilter:
     def check(self, values: Mapping[str, float], lang: str) -> list[str]:
         """Reason codes of every failed rule, in the order of :attr:`reason_codes`."""
         lang = normalize_lang(lang)
-        c = self.config
         reasons: list[str] = []
-        if c.gopher_quality:
-            reasons += self._check_gopher_quality(values, lang)
-        if c.gopher_repetition:
-            reasons += self._check_gopher_repetition(values)
-        if c.c4:
-            reasons += self._check_c4(values)
-        if c.fineweb:
-            reasons += self._check_fineweb(values)
+        for reason, tests in self._tests:
+            for key, fails, threshold, guard in tests:
+                value = values[key]
+                if fails(value, threshold) and (guard is None or guard(value, lang)):
+                    reasons.append(reason)
+                    break
         return reasons
 
     def __call__(self, text: str, lang: str) -> tuple[list[str], dict[str, float]]:
@@ -580,23 +840,25 @@ class QualityFilter:
     # ---- Gopher quality ----------------------------------------------------------------
 
     def _measure_gopher_quality(self, doc: _Doc, lang: str) -> dict[str, float]:
-        """Gopher quality filter (Rae et al. 2021, appendix A.1.1).
+        """Gopher quality values (Rae et al. 2021, appendix A.1.1); thresholds: :data:`RULES`.
 
-        * word count within [50, 100 000];
-        * mean word length within [3, 10] characters -- skipped for languages written
-          without spaces (``gopher_word_length_skip_langs``: zh, ja, th, ...), whose
-          "words" are single characters or whole phrases.  Hangul words are measured in
-          letters (jamo), the analogue of Latin letters (a syllable block holds 2-3):
-          counted in blocks, ordinary Korean prose averages < 3 and would fail;
-        * hash-to-word and ellipsis-to-word ratio each <= 0.1 (value: the larger one);
-        * <= 90 % of lines start with a bullet, <= 30 % end with an ellipsis
-          (blank lines ignored);
-        * >= 80 % of tokens contain an alphabetic character; tokens here are the
-          words plus whitespace-delimited symbol runs ("|", "==>", "•"), so symbol soup
-          and number tables fail while punctuation attached to words does not count;
-        * >= 2 occurrences of the language's stop words (Gopher's English list: the, be,
-          to, of, and, that, have, with; small lists for de, fr, es, it, pt, nl, ru).
-          Languages without a list get count 0 and the rule is skipped.
+        * ``gopher_word_count``: words (:func:`tokenize`);
+        * ``gopher_mean_word_length``: mean word length in characters.  Its bounds are
+          skipped for languages written without spaces (``gopher_word_length_skip_langs``:
+          zh, ja, th, ...), whose "words" are single characters or whole phrases.  Hangul
+          words are measured in letters (jamo), the analogue of Latin letters (a syllable
+          block holds 2-3): counted in blocks, ordinary Korean prose is too short;
+        * ``gopher_symbol_word_ratio``: the larger of the hash-to-word and the
+          ellipsis-to-word ratio;
+        * ``gopher_bullet_line_ratio`` / ``gopher_ellipsis_line_ratio``: fraction of lines
+          that start with a bullet / end with an ellipsis (blank lines ignored);
+        * ``gopher_alpha_word_ratio``: fraction of tokens that contain an alphabetic
+          character; tokens here are the words plus whitespace-delimited symbol runs ("|",
+          "==>", "•"), so symbol soup and number tables fail while punctuation attached to
+          words does not count;
+        * ``gopher_stopword_count``: occurrences of the language's stop words
+          (``gopher_stop_words``).  Languages without a list get count 0 and the rule is
+          skipped.
         """
         text, words = doc.text, doc.words
         n_words = len(words)
@@ -632,52 +894,21 @@ class QualityFilter:
             "gopher_stopword_count": float(n_stop),
         }
 
-    def _check_gopher_quality(self, v: Mapping[str, float], lang: str) -> list[str]:
-        c, out = self.config, []
-        n = v["gopher_word_count"]
-        if c.gopher_min_doc_words is not None and n < c.gopher_min_doc_words:
-            out.append("gopher_too_few_words")
-        if c.gopher_max_doc_words is not None and n > c.gopher_max_doc_words:
-            out.append("gopher_too_many_words")
-        if lang not in self._skip_len_langs:
-            m = v["gopher_mean_word_length"]
-            if (c.gopher_min_avg_word_length is not None and m < c.gopher_min_avg_word_length) or (
-                c.gopher_max_avg_word_length is not None and m > c.gopher_max_avg_word_length
-            ):
-                out.append("gopher_mean_word_length")
-        if _gt(v["gopher_symbol_word_ratio"], c.gopher_max_symbol_word_ratio):
-            out.append("gopher_symbol_ratio")
-        if _gt(v["gopher_bullet_line_ratio"], c.gopher_max_bullet_lines_ratio):
-            out.append("gopher_bullet_lines")
-        if _gt(v["gopher_ellipsis_line_ratio"], c.gopher_max_ellipsis_lines_ratio):
-            out.append("gopher_ellipsis_lines")
-        if c.gopher_min_alpha_words_ratio is not None and (
-            v["gopher_alpha_word_ratio"] < c.gopher_min_alpha_words_ratio
-        ):
-            out.append("gopher_alpha_words")
-        if (
-            c.gopher_min_stop_words is not None
-            and lang in self._stop_words
-            and v["gopher_stopword_count"] < c.gopher_min_stop_words
-        ):
-            out.append("gopher_stopwords")
-        return out
 
     # ---- Gopher repetition -------------------------------------------------------------
 
     def _measure_gopher_repetition(self, doc: _Doc, lang: str) -> dict[str, float]:
-        """Gopher repetition filter (Rae et al. 2021, appendix A.1.1, table A1).
+        """Gopher repetition values (Rae et al. 2021, A.1.1, table A1); thresholds: :data:`RULES`.
 
         * duplicate lines / paragraphs: fraction of (non-blank, stripped) lines and of
-          paragraphs (split on blank lines) that are exact repeats of an earlier one
-          (<= 0.3), and the fraction of the document's characters inside those repeats
-          (<= 0.2);
-        * top n-gram (n = 2, 3, 4): characters of the most frequent word n-gram times its
-          count, over all word characters (<= 0.20 / 0.18 / 0.16); 0 when no n-gram
-          occurs twice;
-        * duplicate n-grams (n = 5..10): fraction of word characters covered by n-gram
-          occurrences that repeat an earlier occurrence, overlaps counted once
-          (<= 0.15 ... 0.10).
+          paragraphs (split on blank lines) that are exact repeats of an earlier one, and
+          the fraction of the document's characters inside those repeats;
+        * top n-gram (each n of ``gopher_top_ngram_fracs``): characters of the most frequent
+          word n-gram times its count, over all word characters; 0 when no n-gram occurs
+          twice;
+        * duplicate n-grams (each n of ``gopher_dup_ngram_fracs``): fraction of word
+          characters covered by n-gram occurrences that repeat an earlier occurrence,
+          overlaps counted once.
 
         n-gram character counts exclude spaces and punctuation (as datatrove, which joins
         n-grams with ""), and so does the denominator -- the total word characters -- so
@@ -746,36 +977,19 @@ class QualityFilter:
                     out[f"gopher_dup_{dup_ns[n]}gram_frac"] = _div(int(lens[covered].sum()), total)
         return out
 
-    def _check_gopher_repetition(self, v: Mapping[str, float]) -> list[str]:
-        c, out = self.config, []
-        if _gt(v["gopher_dup_line_frac"], c.gopher_dup_line_frac):
-            out.append("gopher_dup_lines")
-        if _gt(v["gopher_dup_para_frac"], c.gopher_dup_para_frac):
-            out.append("gopher_dup_paras")
-        if _gt(v["gopher_dup_line_char_frac"], c.gopher_dup_line_char_frac):
-            out.append("gopher_dup_line_chars")
-        if _gt(v["gopher_dup_para_char_frac"], c.gopher_dup_para_char_frac):
-            out.append("gopher_dup_para_chars")
-        for n, thr in self._top:
-            if v[f"gopher_top_{n}gram_frac"] > thr:
-                out.append(f"gopher_top_{n}gram")
-        for n, thr in self._dup:
-            if v[f"gopher_dup_{n}gram_frac"] > thr:
-                out.append(f"gopher_dup_{n}gram")
-        return out
 
     # ---- C4 ------------------------------------------------------------------------------
 
     def _measure_c4(self, doc: _Doc) -> dict[str, float]:
-        """C4 document-level rules (Raffel et al. 2020, section 2.2; datatrove C4QualityFilter).
+        """C4 document-level values (Raffel et al. 2020, section 2.2; datatrove C4QualityFilter);
+        thresholds: :data:`RULES`.
 
-        * ``c4_lorem_ipsum``: occurrences of "lorem ipsum" (case-insensitive), must be 0;
-        * ``c4_curly_bracket``: occurrences of "{", must be 0;
-        * ``c4_sentence_count``: sentence ends in the whole document, at least 3 (the
-          paper's "fewer than 3 sentences"; TFDS/datatrove code uses 5 after dropping
-          lines).  A sentence end is a ``. ! ?`` run after a word (not "...", not
-          "3.14") followed by space/end, or a run of ``。！？`` / other-script
-          terminators.  Lines are neither dropped nor rewritten here.
+        * ``c4_lorem_ipsum``: occurrences of "lorem ipsum" (case-insensitive);
+        * ``c4_curly_bracket``: occurrences of "{";
+        * ``c4_sentence_count``: sentence ends in the whole document.  A sentence end is a
+          ``. ! ?`` run after a word (not "...", not "3.14") followed by space/end, or a
+          run of ``。！？`` / other-script terminators.  Lines are neither dropped nor
+          rewritten here.
         """
         text = doc.text
         return {
@@ -784,34 +998,25 @@ class QualityFilter:
             "c4_sentence_count": float(len(_SENT_END_RE.findall(text))),
         }
 
-    def _check_c4(self, v: Mapping[str, float]) -> list[str]:
-        c, out = self.config, []
-        if c.c4_filter_lorem_ipsum and v["c4_lorem_ipsum"] > 0:
-            out.append("c4_lorem_ipsum")
-        if c.c4_filter_curly_bracket and v["c4_curly_bracket"] > 0:
-            out.append("c4_curly_bracket")
-        if c.c4_min_sentences is not None and v["c4_sentence_count"] < c.c4_min_sentences:
-            out.append("c4_too_few_sentences")
-        return out
 
     # ---- FineWeb -------------------------------------------------------------------------
 
     def _measure_fineweb(self, doc: _Doc) -> dict[str, float]:
-        """FineWeb quality filter (Penedo et al. 2024; datatrove FineWebQualityFilter).
+        """FineWeb values (Penedo et al. 2024; datatrove FineWebQualityFilter); thresholds:
+        :data:`RULES`.
 
         Over non-blank, stripped lines (datatrove counts blank lines too):
 
         * ``fineweb_line_punct_ratio``: lines ending in terminal punctuation (any script,
-          closing quotes included, optionally followed by a closing bracket); fails
-          when <= 0.12;
-        * ``fineweb_short_line_ratio``: lines of at most 30 characters; fails when
-          >= 0.67.  East-Asian wide characters (Han, Kana, Hangul, full-width forms)
-          count ``fineweb_wide_char_width`` (2) columns, so a 15-character Chinese
-          sentence is not "short" (a Han character carries ~a word);
+          closing quotes included, optionally followed by a closing bracket);
+        * ``fineweb_short_line_ratio``: lines of at most ``fineweb_short_line_length``
+          columns.  East-Asian wide characters (Han, Kana, Hangul, full-width forms)
+          count ``fineweb_wide_char_width`` columns, so a 15-character Chinese sentence is
+          not "short" (a Han character carries ~a word);
         * ``fineweb_dup_line_char_ratio``: characters in repeated lines over characters
-          excluding newlines; fails when >= 0.01;
+          excluding newlines;
         * ``fineweb_newline_word_ratio``: line breaks (between non-blank lines, so a
-          blank-line paragraph gap counts once) per word; fails when > 0.3.
+          blank-line paragraph gap counts once) per word.
         """
         c = self.config
         text, lines = doc.text, doc.lines
@@ -834,27 +1039,6 @@ class QualityFilter:
             "fineweb_newline_word_ratio": _div(max(n_lines - 1, 0), len(doc.words)),
         }
 
-    def _check_fineweb(self, v: Mapping[str, float]) -> list[str]:
-        c, out = self.config, []
-        r = v["fineweb_line_punct_ratio"]
-        if c.fineweb_line_punct_thr is not None and r <= c.fineweb_line_punct_thr and not (
-            r == 0 and c.fineweb_line_punct_exclude_zero
-        ):
-            out.append("fineweb_line_punct")
-        if c.fineweb_short_line_thr is not None and v["fineweb_short_line_ratio"] >= c.fineweb_short_line_thr:
-            out.append("fineweb_short_lines")
-        if (
-            c.fineweb_char_duplicates_ratio is not None
-            and v["fineweb_dup_line_char_ratio"] >= c.fineweb_char_duplicates_ratio
-        ):
-            out.append("fineweb_dup_line_chars")
-        if _gt(v["fineweb_newline_word_ratio"], c.fineweb_new_line_ratio):
-            out.append("fineweb_newline_ratio")
-        return out
-
-
-def _gt(value: float, threshold: float | None) -> bool:
-    return threshold is not None and value > threshold
 
 
 def _hangul_extra_jamo(text: str) -> int:

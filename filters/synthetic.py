@@ -68,12 +68,6 @@ FUNCTION_WORDS = {
 }
 
 
-def _local_copy(path: str) -> str:
-    from filters.language import _local_copy as copy
-
-    return copy(path)
-
-
 # --------------------------------------------------------------------------------------- text sample
 def prose_sample(text: str, max_chars: int = MAX_CHARS, min_words: int = MIN_PROSE_WORDS) -> str:
     """The document's prose lines joined into one line, at most ~max_chars characters.
@@ -221,12 +215,12 @@ class _Classifier:
         import fasttext
 
         fasttext.FastText.eprint = lambda *a, **k: None  # silence the load-time warning
-        self.model = fasttext.load_model(_local_copy(ftz_path))
+        self.model = fasttext.load_model(str(ftz_path))
         meta_path = str(ftz_path)[: -len(Path(ftz_path).suffix)] + ".json"
         self.meta = {}
         try:
-            if os.path.exists(meta_path) or "://" in meta_path:
-                with open(_local_copy(meta_path)) as fh:
+            if os.path.exists(meta_path):
+                with open(meta_path) as fh:
                     self.meta = json.load(fh)
         except (OSError, ValueError):
             self.meta = {}

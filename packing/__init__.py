@@ -1,4 +1,5 @@
-"""Trainer-ready shards (SPEC §1.3): tokenize, chunk, allocate to phases, best-fit pack, write, read.
+"""Trainer-ready shards (DeepSeek-V4.1 report §4.1, pretraining data): tokenize, chunk, allocate to phases,
+best-fit pack, write, read.
 
 Pure modules (no Beam): bfd (packing), tokenizer, chunk, phases, permute, shards (format, manifest,
 reader), dataset (PyTorch). Beam transforms: packing.transforms. Config: packing.config.

@@ -70,6 +70,8 @@ integer width, so the same input gives the same output everywhere.
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left
+from operator import neg as _neg
 from typing import Sequence
 
 import numpy as np
@@ -146,13 +148,7 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
     ``seg_bin[k]``. Segments come in events ``(ev_q[e], ev_m[e])`` of ``ev_m[e]``
     consecutive segments of ``ev_q[e]`` items each. Also returns the number of bins.
     """
-    # three-level bitset over capacities 0..L: w0 bit c <=> buckets[c] non-empty,
-    # w1 bit i <=> w0[i] != 0, top bit j <=> w1[j] != 0.
-    nw0 = (L >> 6) + 1
-    nw1 = ((nw0 - 1) >> 6) + 1
-    w0 = [0] * nw0
-    w1 = [0] * nw1
-    top = 0
+    cap = _Capacities(L)  # c is a member <=> buckets[c] (a stack of bins with c free) is non-empty
     buckets: list = [None] * (L + 1)
 
     seg_bin: list = []
@@ -162,9 +158,7 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
 
     # Phase 1, vectorized: an item longer than L/2 never fits an open bin (every open bin
     # was opened by such an item and has < L/2 free), so each opens its own bin, in order.
-    nbig = 0
-    while nbig < len(vals) and 2 * vals[nbig] > L:
-        nbig += 1
+    nbig = bisect_left(vals, -(L // 2), key=_neg)  # vals descending: first v <= L // 2
     if nbig:
         cb = np.asarray(counts[:nbig], dtype=np.int64)
         caps = L - np.asarray(vals[:nbig], dtype=np.int64)  # distinct, ascending
@@ -177,87 +171,44 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
         ck = caps[keep]
         for c, a, b in zip(ck.tolist(), (ends - cb)[keep].tolist(), ends[keep].tolist()):
             buckets[c] = list(range(a, b))
-        one = np.uint64(1)
-        W0 = np.zeros(nw0, dtype=np.uint64)
-        np.bitwise_or.at(W0, ck >> 6, np.left_shift(one, (ck & 63).astype(np.uint64)))
-        nz = np.flatnonzero(W0)
-        W1 = np.zeros(nw1, dtype=np.uint64)
-        np.bitwise_or.at(W1, nz >> 6, np.left_shift(one, (nz & 63).astype(np.uint64)))
-        w0 = W0.tolist()
-        w1 = W1.tolist()
-        for j in np.flatnonzero(W1).tolist():
-            top |= 1 << j
+        cap.add_all(ck)
+
+    ceiling = cap.ceiling
+    remove = cap.remove
+    add = cap.add
+
+    def push(bins: list, c: int) -> None:
+        """``bins`` now have ``c`` tokens free: onto the top of stack ``c`` (if any item can
+        still fit in ``c``, i.e. ``c >= min_len``), in order."""
+        if c >= min_len:
+            dst = buckets[c]
+            if dst is None:
+                buckets[c] = bins
+                add(c)
+            else:
+                dst.extend(bins)
 
     for s, k in zip(vals[nbig:], counts[nbig:]):
-        # ---- find the smallest occupied capacity c >= s (inline bitset search) ----
         x = s
         while k:
-            i = x >> 6
-            if i < nw0:
-                m = w0[i] >> (x & 63)
-                if m:
-                    c = x + (m & -m).bit_length() - 1
-                else:
-                    i += 1
-                    j = i >> 6
-                    c = -1
-                    if j < nw1:
-                        m = w1[j] >> (i & 63)
-                        if m:
-                            i += (m & -m).bit_length() - 1
-                            y = w0[i]
-                            c = (i << 6) + (y & -y).bit_length() - 1
-                        else:
-                            m = top >> (j + 1)
-                            if m:
-                                j += (m & -m).bit_length()
-                                y = w1[j]
-                                i = (j << 6) + (y & -y).bit_length() - 1
-                                y = w0[i]
-                                c = (i << 6) + (y & -y).bit_length() - 1
-            else:
-                c = -1
+            c = ceiling(x)  # the best fit: smallest occupied capacity >= s (and >= x)
             if c < 0:
                 break
-
             stack = buckets[c]
             n = len(stack)
             q = c // s
             full = k // q
             if full >= n:
                 # every bin of this capacity takes q items; the bucket empties
-                moved = stack[::-1]
+                stack.reverse()  # the bucket's own list: nothing else refers to it
+                moved = stack
                 buckets[c] = None
-                # clear bit c
-                i = c >> 6
-                y = w0[i] & ~(1 << (c & 63))
-                w0[i] = y
-                if not y:
-                    j = i >> 6
-                    y = w1[j] & ~(1 << (i & 63))
-                    w1[j] = y
-                    if not y:
-                        top &= ~(1 << j)
+                remove(c)
                 seg_bin.extend(moved)
                 ev_q.append(q)
                 ev_m.append(n)
                 k -= n * q
-                rem = c - q * s
-                if rem >= min_len:
-                    dst = buckets[rem]
-                    if dst is None:
-                        buckets[rem] = moved
-                        i = rem >> 6
-                        y = w0[i]
-                        if not y:
-                            j = i >> 6
-                            z = w1[j]
-                            if not z:
-                                top |= 1 << j
-                            w1[j] = z | (1 << (i & 63))
-                        w0[i] = y | (1 << (rem & 63))
-                    else:
-                        dst.extend(moved)
+                push(moved, c - q * s)
                 x = c + 1
                 continue
 
@@ -268,51 +219,20 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
                 seg_bin.extend(moved)
                 ev_q.append(q)
                 ev_m.append(full)
-                rem = c - q * s
-                if rem >= min_len:
-                    dst = buckets[rem]
-                    if dst is None:
-                        buckets[rem] = moved
-                        i = rem >> 6
-                        y = w0[i]
-                        if not y:
-                            j = i >> 6
-                            z = w1[j]
-                            if not z:
-                                top |= 1 << j
-                            w1[j] = z | (1 << (i & 63))
-                        w0[i] = y | (1 << (rem & 63))
-                    else:
-                        dst.extend(moved)
+                push(moved, c - q * s)
             r = k - full * q
             if r:
                 b = stack.pop()
                 if not stack:
                     buckets[c] = None
-                    i = c >> 6
-                    y = w0[i] & ~(1 << (c & 63))
-                    w0[i] = y
-                    if not y:
-                        j = i >> 6
-                        y = w1[j] & ~(1 << (i & 63))
-                        w1[j] = y
-                        if not y:
-                            top &= ~(1 << j)
+                    remove(c)
                 seg_bin.append(b)
                 ev_q.append(r)
                 ev_m.append(1)
                 # c - r*s lies in [s, c): that bucket is empty (c was the best fit)
                 rem = c - r * s
                 buckets[rem] = [b]
-                i = rem >> 6
-                y = w0[i]
-                if not y:
-                    j = i >> 6
-                    z = w1[j]
-                    if not z:
-                        top |= 1 << j
-                    w1[j] = z | (1 << (i & 63))
-                w0[i] = y | (1 << (rem & 63))
+                add(rem)
             k = 0
 
         if k:
@@ -325,22 +245,7 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
                 seg_bin.extend(moved)
                 ev_q.append(q)
                 ev_m.append(full)
-                rem = L - q * s
-                if rem >= min_len:
-                    dst = buckets[rem]
-                    if dst is None:
-                        buckets[rem] = moved
-                        i = rem >> 6
-                        y = w0[i]
-                        if not y:
-                            j = i >> 6
-                            z = w1[j]
-                            if not z:
-                                top |= 1 << j
-                            w1[j] = z | (1 << (i & 63))
-                        w0[i] = y | (1 << (rem & 63))
-                    else:
-                        dst.extend(moved)
+                push(moved, L - q * s)
             r = k - full * q
             if r:
                 b = nbins
@@ -351,15 +256,7 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
                 # L - r*s >= s and every bucket >= s is empty here
                 rem = L - r * s
                 buckets[rem] = [b]
-                i = rem >> 6
-                y = w0[i]
-                if not y:
-                    j = i >> 6
-                    z = w1[j]
-                    if not z:
-                        top |= 1 << j
-                    w1[j] = z | (1 << (i & 63))
-                w0[i] = y | (1 << (rem & 63))
+                add(rem)
 
     return seg_bin, ev_q, ev_m, nbins
 
@@ -370,8 +267,11 @@ def _bfd_runs(vals: list, counts: list, L: int, min_len: int):
 
 
 class _Capacities:
-    """The set of occupied capacities 0..L: `ceiling(x)` = smallest member >= x, via the same
-    three-level bitset of 64-bit words as `_bfd_runs` (called once per (run, bucket) event)."""
+    """A set of capacities 0..L (for `_bfd_runs` and `_reserving_runs`: the capacities c whose
+    bucket of bins with exactly c tokens free is non-empty). `ceiling(x)` = smallest member >= x,
+    via a three-level bitset of 64-bit words: w0 bit c <=> c is a member, w1 bit i <=> w0[i] != 0,
+    top bit j <=> w1[j] != 0; O(log_64 L) word operations per call, called once per (run, bucket)
+    event, not per item."""
 
     def __init__(self, L: int):
         self.nw0 = (L >> 6) + 1
@@ -379,6 +279,19 @@ class _Capacities:
         self.w0 = [0] * self.nw0
         self.w1 = [0] * self.nw1
         self.top = 0
+
+    def add_all(self, cs: np.ndarray) -> None:
+        """Add the capacities ``cs`` (an int64 array) to an empty set, in one vectorized step."""
+        one = np.uint64(1)
+        W0 = np.zeros(self.nw0, dtype=np.uint64)
+        np.bitwise_or.at(W0, cs >> 6, np.left_shift(one, (cs & 63).astype(np.uint64)))
+        nz = np.flatnonzero(W0)
+        W1 = np.zeros(self.nw1, dtype=np.uint64)
+        np.bitwise_or.at(W1, nz >> 6, np.left_shift(one, (nz & 63).astype(np.uint64)))
+        self.w0 = W0.tolist()
+        self.w1 = W1.tolist()
+        for j in np.flatnonzero(W1).tolist():
+            self.top |= 1 << j
 
     def add(self, c: int) -> None:
         i = c >> 6

@@ -1,4 +1,5 @@
-"""Deterministic chunking of over-long documents, before mixing (SPEC §1.3; issue #3 item 2).
+"""Deterministic chunking of over-long documents, before mixing (DeepSeek-V4.1 report §4.1: so that
+training tokens are spread evenly over data shards and training steps).
 
 A document of n tokens (tokens(doc), see packing/tokenizer.py) longer than the chunk limit C is cut
 into consecutive chunks of at most C tokens. Each cut is placed greedily from the front: the next cut

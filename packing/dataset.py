@@ -1,4 +1,5 @@
-"""`ShardDataset`: the shard reader (packing/shards.py) as a PyTorch IterableDataset (issue #3 item 6)."""
+"""`ShardDataset`: the shard reader (packing/shards.py) as a PyTorch IterableDataset that splits the
+sequences over distributed ranks and DataLoader workers."""
 
 from __future__ import annotations
 

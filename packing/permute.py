@@ -1,5 +1,5 @@
-"""A seeded permutation of [0, n) evaluated one index at a time (issue #3 item 5: "documents are spread
-across shards and across sequence order by a seeded shuffle").
+"""A seeded permutation of [0, n) evaluated one index at a time: it spreads documents across shards
+and across sequence order (a seeded shuffle).
 
 A balanced Feistel network over the smallest even bit width 2k with 4^k >= n, rounds keyed by xxh64
 with the seed, made a bijection of [0, n) by cycle walking (re-encrypt until the value falls below n;

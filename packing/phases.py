@@ -1,6 +1,6 @@
-"""Joint allocation of documents to training phases (SPEC §1.3, §2; issue #3 item 4).
+"""Joint allocation of documents to training phases (DeepSeek-V4.1 report §4.1 and §4.2.2).
 
-The spec's run uses 64K-token sequences from the start and 1M-token sequences from 34T of 45T tokens,
+The report's run uses 64K-token sequences from the start and 1M-token sequences from 34T of 45T tokens,
 so pretraining-phase tokens : context-extension tokens = 34 : 11 (the `share` of each phase). Samples
 are "allocated jointly so that the two phases overlap as little as possible", long documents
 preferentially to the long phase.

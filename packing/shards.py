@@ -1,4 +1,5 @@
-"""Trainer-ready shard files, their manifest, and the reader (issue #3 items 5 and 6).
+"""Trainer-ready shard files, their manifest, and the reader: sequences are spread over the shards by a
+seeded permutation, and the reader splits them over distributed ranks and DataLoader workers.
 
 Layout: OUT/shards/<phase>/part-KKKKK-of-NNNNN.arrow + manifest.json.
 

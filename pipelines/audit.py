@@ -1,12 +1,12 @@
 """The loss audit a run performs on its own outputs, after the text branch has finished.
 
 The per-stage identity (in = out + Σ dropped) proves the counts; the audit proves the rows. Every row
-the read stage emitted ends in exactly one terminal place, `docs/text` or `dropped/<stage>` of a
-text-branch stage, so over those places:
+the input-reading stage emitted ends in exactly one terminal place, the final documents (`docs/text`)
+or `dropped/<stage>` of a stage on the way, so over those places:
 - each provenance (warc_file, warc_offset, id) occurs once: no record was read or written twice
   (records of one multi-record gzip member share an offset and differ in id);
-- each id occurs once in `docs/text`: what the packer and trainer read has no repeated document;
-- per input file, the rows found equal the rows the reader emitted for it (`read/file_rows.json`):
+- each id occurs once in the final documents: what the packer and trainer read has no repeated document;
+- per input file, the rows found equal the rows the reader emitted for it (`<reader>/file_rows.json`):
   none was lost between stages.
 Only the three provenance columns are read (Parquet column projection), as one Beam pipeline, so the
 check scales with the outputs. A violation fails the run naming the offending ids.
@@ -45,21 +45,22 @@ def _repeats(pcoll, label: str):
             | f"{label}/Sample" >> beam.combiners.Top.Of(SAMPLE, reverse=True))
 
 
-def audit(options, root: str, stages: list[str]) -> dict:
-    """Run the audit over `docs/text` and `dropped/<stage>` of `stages`; returns the report (also
-    written to OUT/stats/audit.json) and raises LossAuditError on a violation."""
-    emitted_rows = io.read_json(io.join(root, "read", FILE_ROWS_JSON)) or {}
+def audit(options, root: str, stages: list[str], kept_place: str) -> dict:
+    """Run the audit over the final documents (`kept_place` under root) and `dropped/<stage>` of
+    `stages`, the first of which read the input; returns the report (also written to
+    OUT/stats/audit.json) and raises LossAuditError on a violation."""
+    emitted_rows = io.read_json(io.join(root, stages[0], FILE_ROWS_JSON)) or {}
     checks = ("provenance_repeated", "kept_id_repeated", "file_rows_mismatch")
 
     def finish(report: dict) -> None:
-        report.update(files=len(emitted_rows), ok=not any(report[k] for k in checks))
+        report.update(files=len(emitted_rows), stages=stages, kept=kept_place, ok=not any(report[k] for k in checks))
         io.write_json(io.join(root, "stats", "audit.json"), report)
 
     with beam.Pipeline(options=options) as p:
         columns = ["id", "warc_file", "warc_offset"]
         kept, *dropped = [p | f"Read {place}" >> beam.io.ReadFromParquet(io.join(root, place, "part*.parquet"),
                                                                           columns=columns)
-                          for place in ["docs/text"] + [f"dropped/{s}" for s in stages]]
+                          for place in [kept_place] + [f"dropped/{s}" for s in stages]]
         rows = [kept, *dropped] | "AllRows" >> beam.Flatten()
         found = rows | "FileOf" >> beam.Map(lambda r: (r["warc_file"] or "", 1))
         emitted = p | "Emitted" >> beam.Create(sorted(emitted_rows.items()))

@@ -52,6 +52,12 @@ def _fit_lm_head(args, _):
     print(yaml.safe_dump({"synthetic": {k: fitted[k] for k in keys}}, sort_keys=False), end="")
 
 
+def _stages(args, _):
+    from pipelines.describe import stage_reference
+
+    print(stage_reference(), end="")
+
+
 def _stats(args, _):
     from pipelines.stats import format_table, load_summary
 
@@ -78,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--stages", help="comma-separated stages to (re)run; others must be finished")
     r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")
     r.set_defaults(func=_run)
+    st = sub.add_parser("stages", help="every stage: what it does, its drop reasons, its config keys and defaults")
+    st.set_defaults(func=_stages)
     s = sub.add_parser("stats", help="print the per-stage table of a finished run")
     s.add_argument("dir")
     s.set_defaults(func=_stats)
@@ -112,7 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True,
                         stream=sys.stdout)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    args.func(args, beam_args)
+    from pipelines.config import ConfigError
+    from pipelines.run import InputError
+
+    try:
+        args.func(args, beam_args)
+    except (ConfigError, InputError) as err:  # the user's to fix: a message, not a traceback
+        print(f"curate: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

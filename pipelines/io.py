@@ -24,12 +24,15 @@ PROVENANCE = [("id", pa.string()), ("url", pa.string()), ("warc_file", pa.string
 RAW_SCHEMA = pa.schema(PROVENANCE + [("source", pa.string()), ("content_type", pa.string()),
                                      ("http_charset", pa.string()), ("payload", pa.binary())])
 PDF_SCHEMA = pa.schema(PROVENANCE + [("payload", pa.binary())])
-# extract onwards: one text document; `scores` is a JSON object of every measured value so far.
+# Every value a stage measured on a document, by name: a Parquet map, so that DuckDB reads
+# `scores['gopher_word_count']` and pandas/pyarrow a list of (name, value) pairs, no JSON to decode.
+SCORES = pa.map_(pa.string(), pa.float64())
+# extract onwards: one text document.
 DOC_SCHEMA = pa.schema(PROVENANCE + [("charset", pa.string()), ("lang", pa.string()),
-                                     ("lang_score", pa.float64()), ("scores", pa.string()),
+                                     ("lang_score", pa.float64()), ("scores", SCORES),
                                      ("text", pa.string())])
 DROP_SCHEMA = pa.schema(PROVENANCE + [("stage", pa.string()), ("reason", pa.string()),
-                                      ("detail", pa.string()), ("scores", pa.string()),
+                                      ("detail", pa.string()), ("scores", SCORES),
                                       ("text", pa.string())])
 
 
@@ -40,6 +43,26 @@ def join(*parts: str) -> str:
 def delete_tree(path: str) -> None:
     if FileSystems.exists(path):
         FileSystems.delete([path])
+
+
+def local_copy(path: str | None, sidecars: tuple[str, ...] = ()) -> str | None:
+    """A model file as a local path, for libraries that only open local files (fastText, GGUF): a
+    remote one (gs://, s3://) is copied once into a temporary folder under its own name, with the files
+    beside it that have the same stem and a `sidecars` suffix. Local paths and None pass unchanged."""
+    if path is None or "://" not in path:
+        return path
+    import os
+    import posixpath
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="curate-model-")
+    stem, _ = posixpath.splitext(path)
+    for source in [path] + [stem + suffix for suffix in sidecars]:
+        if source != path and not FileSystems.exists(source):
+            continue
+        with FileSystems.open(source) as src, open(os.path.join(folder, posixpath.basename(source)), "wb") as out:
+            out.write(src.read())
+    return os.path.join(folder, posixpath.basename(path))
 
 
 def read_json(path: str) -> dict | None:

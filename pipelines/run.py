@@ -1,10 +1,13 @@
-"""Stage orchestration: one Beam pipeline per stage, completion markers, resume, per-stage stats.
+"""Stage orchestration: one Beam pipeline per group of stages, completion markers, resume, per-stage stats.
+Which stages exist, in which order, what each reads and writes, comes from the registry
+(pipelines/stage.py); nothing here names a stage.
 
-OUT/<stage>/        the stage's documents (Parquet), stats.json and _SUCCESS (with the stage fingerprint)
+OUT/<stage>/        the stage's documents (Parquet) if it ends a group, stats.json and _SUCCESS (with the
+                    stage fingerprint)
 OUT/dropped/<stage> every dropped document with stage, reason, detail and scores (if write_dropped)
 OUT/docs/text       final documents; OUT/docs/pdf: PDF responses for the interleaved branch
 OUT/stats/summary.json  per stage: in, out, dropped {reason: n}, extra counters, wall_s
-OUT/stats/audit.json    the loss audit of the text branch's rows (pipelines/audit.py)
+OUT/stats/audit.json    the loss audit of the rows read, through to the final documents (pipelines/audit.py)
 """
 
 from __future__ import annotations
@@ -22,15 +25,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
 from pipelines.audit import audit
-from pipelines.config import STAGE_ORDER, stage_fingerprint
+from pipelines.config import ConfigError, stage_fingerprint
+from pipelines.stage import READS_INPUT
 from pipelines.stages import STAGES
 from pipelines.stats import format_table
 
 log = logging.getLogger("curate")
 LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner"}
-# Folders a stage owns besides OUT/<stage> and OUT/dropped/<stage>: cleared before it reruns.
-EXTRA_OUTPUTS = {"read": ["docs/pdf"], "write": ["docs/text"], "pack": ["shards"],
-                 "image_pairs": ["docs/pairs", "images"]}
 
 
 class StageInvariantError(RuntimeError):
@@ -65,16 +66,16 @@ def _stats_to_json(stage_dir: str):
     return write
 
 
-def _count(pcoll, label: str, key: str):
+def _count_elements(pcoll, label: str, key: str):
     return (pcoll | f"{label}Count" >> beam.combiners.Count.Globally()
             | f"{label}Key" >> beam.Map(lambda n, k: (k, n), key))
 
 
 def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> dict[str, dict]:
-    """One Beam pipeline for a group of stages; per-stage counters, dropped docs and stats.json."""
+    """One Beam pipeline for a group of stages; per-stage counters, dropped docs and stats.json.
+    `upstream`: the folder under OUT of the documents the group's first stage reads, if it reads any."""
     with beam.Pipeline(options=pipeline_options(cfg)) as p:
-        needs_input = STAGES[names[0]].needs_input
-        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream and needs_input else None
+        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream else None
         out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
         for name in names:
             stage = STAGES[name]
@@ -86,9 +87,9 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
             else:
                 parts.append(drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1)))
                 if inputs is not None:
-                    parts.append(_count(inputs, f"{name}/In", "in") if out_count is None
+                    parts.append(_count_elements(inputs, f"{name}/In", "in") if out_count is None
                                  else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
-                out_count = None if docs is None else _count(docs, f"{name}/Out", "out")
+                out_count = None if docs is None else _count_elements(docs, f"{name}/Out", "out")
                 if out_count is not None:
                     parts.append(out_count)
             if cfg["write_dropped"]:
@@ -97,7 +98,7 @@ def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> d
              | f"{name}/Collect" >> beam.combiners.ToList()
              | f"{name}/WriteStats" >> beam.Map(_stats_to_json(io.join(root, name))))
         if docs is not None:
-            io.write_parquet(docs, io.join(root, names[-1]), STAGES[names[-1]].schema, "WriteDocs")
+            io.write_parquet(docs, io.join(root, STAGES[names[-1]].documents), STAGES[names[-1]].schema, "WriteDocs")
     return {name: io.read_json(io.join(root, name, "stats.json")) for name in names}
 
 
@@ -134,13 +135,38 @@ def check_identity(name: str, stats: dict) -> None:
 
 
 def plan_groups(names: list[str]) -> list[list[str]]:
+    """The stages in registry order, cut into groups where a stage starts one (or reads the input)."""
     groups: list[list[str]] = []
     for name in names:
-        if not groups or STAGES[name].starts_group:
+        stage = STAGES[name]
+        if not groups or stage.starts_group or stage.reads == READS_INPUT:
             groups.append([name])
         else:
             groups[-1].append(name)
     return groups
+
+
+def check_plan(names: list[str]) -> None:
+    """Every stage that reads documents follows one that has them."""
+    for before, name in zip([None] + names, names):
+        if STAGES[name].reads != READS_INPUT and (before is None or STAGES[before].documents is None):
+            raise ConfigError(f"stages: {name} reads the documents of the stage before it, but "
+                             f"{'none runs before it' if before is None else before + ' has none'}")
+
+
+def audited_stages(names: list[str]) -> list[str]:
+    """The stages whose rows the loss audit follows: from a stage reading the input through the
+    stages fed by it, up to the first that ends a branch (its documents are a final output)."""
+    chain: list[str] = []
+    for name in names:
+        stage = STAGES[name]
+        if stage.reads == READS_INPUT:
+            chain = [name]
+        elif chain:
+            chain.append(name)
+        if chain and stage.ends_branch:
+            return chain
+    return []
 
 
 def match_inputs(patterns: list[str]) -> list[dict]:
@@ -172,25 +198,32 @@ def describe_input_change(before: list[dict], now: list[dict]) -> str:
 def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True) -> dict:
     """Run the configured stages group by group, reusing finished groups whose fingerprints match."""
     root = cfg["output"]
-    selected = set(stages or cfg["stages"])
+    unknown = [s for s in stages or () if s not in STAGES]
+    if unknown:
+        raise ConfigError(f"--stages: unknown stages {unknown}; known: {list(STAGES)}")
+    names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
+    check_plan(names)
     cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
     summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),
                "runner": cfg["runner"], "workers": cfg["workers"], "stages": []}
-    if "image_pairs" in cfg["stages"] and cfg["image_pairs"]["fetch"]["enabled"]:
-        log.warning("the image fetcher is ON (image_pairs.fetch.enabled): this run makes HTTP requests to the "
-                    "hosts that pages name for images missing from the WARCs")
+    for name in names:
+        for notice in STAGES[name].notices(cfg):
+            log.warning(notice)
+    selected = set(stages or names)
     upstream, upstream_fp = None, ""
-    for group in plan_groups([s for s in STAGE_ORDER if s in cfg["stages"]]):
+    for group in plan_groups(names):
         fps = {}
         for name in group:
-            reads_warcs = not STAGES[name].needs_input
-            fps[name] = upstream_fp = stage_fingerprint(cfg, name, None if reads_warcs else upstream_fp)
+            reads_input = STAGES[name].reads == READS_INPUT
+            fps[name] = upstream_fp = stage_fingerprint(cfg, name, None if reads_input else upstream_fp,
+                                                        STAGES[name].settings_from)
         markers = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         finished = all(m and m["fingerprint"] == fps[n] for n, m in markers.items())
         label = "+".join(group)
         for name in group:
             marker = markers[name]
-            if marker and not STAGES[name].needs_input and marker.get("input_files") not in (None, cfg["input_files"]):
+            changed = marker and marker.get("input_files") not in (None, cfg["input_files"])
+            if changed and STAGES[name].reads == READS_INPUT:
                 log.info("stage %s: input files changed since the last run: %s", name,
                          describe_input_change(marker["input_files"], cfg["input_files"]))
         if finished and not (force and selected & set(group)):
@@ -200,27 +233,28 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             raise RuntimeError(f"stages {label} have no finished output for this config; add them to --stages")
         else:
             for name in group:
-                for folder in [name, f"dropped/{name}"] + EXTRA_OUTPUTS.get(name, []):
+                for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
                     io.delete_tree(io.join(root, folder))
             log.info("stages %s: running", label)
             started = time.time()
+            reads = STAGES[group[0]].reads != READS_INPUT
             with worker_logs_to_file(cfg, root, label):
-                results = run_group(group, cfg, root, upstream)
+                results = run_group(group, cfg, root, upstream if reads else None)
             wall = round(time.time() - started, 2)
             for name in group:
                 stats = {**results[name], "wall_s": wall, "group": label}
                 check_identity(name, stats)
                 marker = {"fingerprint": fps[name], "stats": stats}
-                if not STAGES[name].needs_input:
+                if STAGES[name].reads == READS_INPUT:
                     marker["input_files"] = cfg["input_files"]
                 io.write_json(io.join(root, name, "_SUCCESS"), marker)
                 results[name] = {**stats, "reused": False}
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
-        upstream = "docs/text" if group[-1] == "write" else group[-1]
-    text_branch = STAGE_ORDER[:STAGE_ORDER.index("write") + 1]
-    if set(text_branch) <= set(cfg["stages"]) and cfg["write_dropped"]:
+        upstream = STAGES[group[-1]].documents
+    audited = audited_stages(names)
+    if audited and cfg["write_dropped"]:
         with worker_logs_to_file(cfg, root, "audit"):
-            summary["audit"] = audit(pipeline_options(cfg), root, text_branch)
+            summary["audit"] = audit(pipeline_options(cfg), root, audited, STAGES[audited[-1]].documents)
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))

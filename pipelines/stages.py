@@ -1,123 +1,45 @@
-"""The pipeline's Beam stages (SPEC §1): the text branch, packing and image-text pairs. Each stage
-writes its own folder (stats, completion marker, dropped documents). Stages with
-`starts_group = False` fuse into the preceding stage's Beam pipeline, so documents are materialized
-only between groups (read+extract, language+quality+synthetic, exact_dedup+near_dedup+write, pack,
-image_pairs). A rerun resumes after the last finished group.
+"""The pipeline's stages, in run order: the text branch (read, extract, language, quality, synthetic,
+exact and near dedup, write), packing, and image-text pairs. The contract they follow, and the
+registry, are in pipelines/stage.py; each stage's logic lives in extract/, filters/, dedup/ and
+packing/, importable without Beam, and its DoFn here is a thin wrapper.
 
-A stage's `build` returns three PCollections: documents out, dropped documents, and counters
-(key, n). Counters carry `in`, `out` and `dropped/<reason>`; the runner checks in = out + Σ dropped.
-DoFns are thin: the logic lives in extract/, filters/ and dedup/, importable without Beam.
+Groups (one Beam pipeline each, documents materialised between them): read+extract,
+language+quality+synthetic, exact_dedup+near_dedup+write, pack, image_pairs.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
+from typing import Literal
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import CompressionTypes
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from pipelines.image_pairs import ImagePairsConfig
+from dedup.near import NearDedupConfig
+from filters.quality import QualityConfig
+from packing.config import PackConfig
 from pipelines import io
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Drop, DocumentStage, DocumentStep, Stage, counter,
+                             drop_row, dropped, register, with_scores)
 
-DROPPED = "dropped"
-COUNTERS = "counters"
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
 FILE_ROWS_JSON = "file_rows.json"
 
 
-def scores_of(doc: dict) -> dict:
-    return json.loads(doc.get("scores") or "{}")
-
-
-def with_scores(doc: dict, **values) -> dict:
-    scores = scores_of(doc)
-    scores.update(values)
-    return {**doc, "scores": json.dumps(scores, sort_keys=True)}
-
-
-def drop(doc: dict, stage: str, reason: str, detail: str = "", text: str | None = None) -> beam.pvalue.TaggedOutput:
-    row = {k: doc.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
-    row.update(stage=stage, reason=reason, detail=detail, scores=doc.get("scores") or "{}",
-               text=text if text is not None else doc.get("text"))
-    return beam.pvalue.TaggedOutput(DROPPED, row)
-
-
-def count(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
-    return beam.pvalue.TaggedOutput(COUNTERS, (key, n))
-
-
-def _final(tag: str, value) -> beam.pvalue.TaggedOutput:
-    """An output emitted from finish_bundle, which must carry its own window."""
-    return beam.pvalue.TaggedOutput(tag, WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()]))
-
-
-class DocumentStep(beam.DoFn):
-    """Base of the per-document stages. Subclasses implement `step(doc)`, yielding the kept document,
-    or a `drop(...)`, plus any `count(...)`. The base tallies each bundle's `in`, `out`,
-    `dropped/<reason>` and counters and emits them once in finish_bundle: the accounting costs a dict
-    increment per document instead of a counting combiner per stage boundary. Bundle outputs commit
-    together, so a retried bundle counts once.
-
-    With `batch` > 1 documents are buffered and stepped `batch` at a time, back to back (for steps
-    whose native code runs faster when nothing else runs in between, see ExtractText). Buffered
-    documents are emitted from a later element or from finish_bundle, in the global window: the
-    pipeline is batch."""
-
-    batch = 1
-
-    def start_bundle(self):
-        self._tally = Counter()
-        self._buffer = []
-
-    def process(self, doc):
-        if self.batch <= 1:
-            yield from self._step_counted(doc)
-            return
-        self._buffer.append(doc)
-        if len(self._buffer) >= self.batch:
-            yield from self._drain()
-
-    def _drain(self):
-        buffer, self._buffer = self._buffer, []
-        self.prepare(buffer)
-        for doc in buffer:
-            yield from self._step_counted(doc)
-
-    def _step_counted(self, doc):
-        tally = self._tally
-        tally["in"] += 1
-        for out in self.step(doc):
-            if not isinstance(out, beam.pvalue.TaggedOutput):
-                tally["out"] += 1
-            elif out.tag == COUNTERS:
-                tally[out.value[0]] += out.value[1]
-                continue
-            else:
-                tally[f"dropped/{out.value['reason']}"] += 1
-            yield out
-
-    def finish_bundle(self):
-        for out in self._drain():
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield _final(out.tag, out.value)
-            else:
-                yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
-        for key, n in self._tally.items():
-            yield _final(COUNTERS, (key, n))
-
-    def prepare(self, docs: list[dict]) -> None:
-        """Called with each batch before its documents are stepped (batched model calls)."""
-
-    def step(self, doc):
-        raise NotImplementedError
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 # --------------------------------------------------------------------------------------------- read
+class ReadConfig(_Section):
+    max_record_bytes: int = Field(64 << 20, gt=0, description=(
+        "decompressed record cap, also the decompression-bomb guard: larger records are record_too_large"))
+
+
 class ReadWarcFile(beam.DoFn):
     """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops, and with
     `images` the image responses (tag 'image') for the image-text branch. Like a DocumentStep it
@@ -153,7 +75,7 @@ class ReadWarcFile(beam.DoFn):
                     doc = {"id": f"{path}@{item.offset}" + (f"#{index}" if index else ""), "url": "",
                            "warc_file": path, "warc_offset": item.offset, "warc_date": ""}
                     rows += 1
-                    yield drop(doc, "read", item.reason, item.detail, text="")
+                    yield dropped(drop_row(doc, "read", item.reason, item.detail, text=""))
                     continue
                 counts[f"records/{item.warc_type}"] += 1
                 index = at_offset[item.offset]
@@ -167,7 +89,7 @@ class ReadWarcFile(beam.DoFn):
                 rows += 1
                 if doc["id"] in seen:
                     counts["dropped/duplicate_record"] += 1
-                    yield drop(doc, "read", "duplicate_record", f"{path}@{seen[doc['id']]}", text="")
+                    yield dropped(drop_row(doc, "read", "duplicate_record", f"{path}@{seen[doc['id']]}", text=""))
                     continue
                 seen[doc["id"]] = item.offset
                 if item.warc_truncated:
@@ -182,15 +104,15 @@ class ReadWarcFile(beam.DoFn):
                                               item.x_robots_tag)
                         if record is not None:
                             yield beam.pvalue.TaggedOutput("image", {**record, "warc_date": item.date})
-                    yield drop(doc, "read", reason, content_type, text="")
+                    yield dropped(drop_row(doc, "read", reason, content_type, text=""))
                 elif where == "pdf":
                     yield beam.pvalue.TaggedOutput("pdf", {**doc, "payload": item.payload})
-                    yield drop(doc, "read", reason, "written to docs/pdf", text="")
+                    yield dropped(drop_row(doc, "read", reason, "written to docs/pdf", text=""))
                 else:
                     yield {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
                            "http_charset": item.http_charset, "payload": item.payload}
         for key, n in counts.items():
-            yield count(key, n)
+            yield counter(key, n)
         yield beam.pvalue.TaggedOutput(FILE_ROWS, (path, rows))
 
 
@@ -205,40 +127,49 @@ def read_warcs(p, cfg, images: bool = False):
                 DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
 
 
-class ReadStage:
-    name, schema = "read", io.RAW_SCHEMA
-    starts_group, needs_input, counts_itself = True, False, True
+@register
+class ReadStage(Stage):
+    """WARC/WET records to raw documents. Files are matched once when the run is planned (a file matched
+    twice is read once); gzip members are split by us (zlib, streaming) and uncompressed WARCs framed by
+    us, each record parsed by fastwarc, so a damaged member or record costs one unit and reading resumes
+    at the next member or `WARC/1.x` line (`read/skipped_bytes` counts what damage cost); multi-record
+    and whole-file gzip are read in full. Every record is counted by type (`records/<type>`;
+    `records/truncated` for WARC-Truncated captures, which are kept); a record id seen twice in one file
+    is one record. PDFs go to `OUT/docs/pdf` for the interleaved branch."""
 
-    def build(self, p, cfg, inputs, root):
+    name, config, schema = "read", ReadConfig, io.RAW_SCHEMA
+    reads, starts_group, counts_itself = READS_INPUT, True, True
+    outputs = ("docs/pdf",)
+    reasons = ("record_request", "record_metadata", "record_warcinfo", "revisit", "http_<status>", "bad_http_header",
+               "empty_body", "non_html", "non_html_image", "pdf_to_interleaved", "corrupt_gzip_member",
+               "truncated_gzip_member", "empty_gzip_member", "not_gzip_data", "not_warc_data", "bad_warc_header",
+               "bad_content_length", "truncated_record", "record_too_large", "duplicate_record", "empty_file")
+
+    def build(self, p, cfg, docs, root):
         res = read_warcs(p, cfg)
         res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
         (res[FILE_ROWS] | "FileRows" >> beam.combiners.ToDict()
-         | "WriteFileRows" >> beam.Map(lambda rows: io.write_json(io.join(root, "read", FILE_ROWS_JSON), rows)))
-        return res.docs, res[DROPPED], res[COUNTERS]
-
-
-class PerDocumentStage:
-    """A stage that is one DoFn over documents, configured by its own config section."""
-
-    schema, needs_input, counts_itself = io.DOC_SCHEMA, True, True
-
-    def __init__(self, name: str, dofn, starts_group: bool):
-        self.name, self.dofn, self.starts_group = name, dofn, starts_group
-
-    def build(self, p, cfg, inputs, root):
-        res = inputs | self.name >> beam.ParDo(self.dofn(cfg[self.name])).with_outputs(
-            DROPPED, COUNTERS, main="docs")
+         | "WriteFileRows" >> beam.Map(lambda rows: io.write_json(io.join(root, self.name, FILE_ROWS_JSON), rows)))
         return res.docs, res[DROPPED], res[COUNTERS]
 
 
 # ------------------------------------------------------------------------------------------ extract
+class ExtractConfig(_Section):
+    engine: Literal["resiliparse", "trafilatura"] = Field(
+        "resiliparse", description="main-content extractor: resiliparse (C++, fast) or trafilatura (FineWeb's)")
+    timeout_ms: int = Field(5000, gt=0, description="wall-clock bound per page; a slower page is extract_timeout")
+    max_html_bytes: int = Field(10 << 20, gt=0, description="bigger HTML bodies are html_too_large")
+    min_chars: int = Field(1, ge=0, description="shorter extracted text is no_text")
+    batch_docs: int = Field(64, gt=0, description="pages extracted back to back (faster than one by one)")
+
+
 class ExtractText(DocumentStep):
     """Charset decoding and main-content extraction. Documents are extracted `batch_docs` at a time,
     back to back: with reading and Beam's own work in between every document, the same extraction
     ran ~10% slower (the extractor's code and tables fall out of the CPU caches)."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
+    def __init__(self, stage: str, cfg: dict):
+        super().__init__(stage, cfg)
         self.batch = cfg["batch_docs"]
 
     def step(self, raw):
@@ -255,56 +186,74 @@ class ExtractText(DocumentStep):
                 decoded = decode_html(payload, raw["http_charset"] or "")
                 charset = decoded.charset
                 if decoded.source != "declared":
-                    yield count(f"charset/{decoded.source}")
+                    self.count(f"charset/{decoded.source}")
                 text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"])
         except ExtractionError as err:
-            yield drop(doc, "extract", err.reason, err.detail, text="")
-            return
+            return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run
-            yield drop(doc, "extract", "extract_error", repr(err)[:300], text="")
-            return
+            return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
         text = text.strip()
-        scores = f'{{"html_bytes": {len(payload)}, "text_chars": {len(text)}}}'  # = json.dumps(sort_keys=True)
+        scores = {"html_bytes": float(len(payload)), "text_chars": float(len(text))}
         out = {**doc, "charset": charset, "lang": "", "lang_score": 0.0, "scores": scores, "text": text}
         if len(text) < self.cfg["min_chars"]:
-            yield drop(out, "extract", "no_text")
-            return
-        yield out
+            return Drop("no_text", "", out)
+        return out
+
+
+@register
+class ExtractStage(DocumentStage):
+    """Charset: the HTTP header, then `<meta>`, trusted only if the bytes decode; else detected. Then
+    resiliparse main-content extraction (or `engine: trafilatura`) under a hard per-page deadline (pages
+    not provably small run in a child process killed at `timeout_ms`) and a size cap."""
+
+    name, config, step = "extract", ExtractConfig, ExtractText
+    reasons = ("html_too_large", "undecodable_charset", "extract_timeout", "extract_error", "no_text")
 
 
 # ----------------------------------------------------------------------------------------- language
+class LanguageConfig(_Section):
+    model: str | None = Field(None, description="fastText language-ID model; null = lid.176.ftz (Joulin et al. "
+                                                "2016), shipped in filters/models/")
+    languages: list[str] | None = Field(None, description="null = keep every language; or a list like [en, de, zh]")
+    min_score: float = Field(0.5, ge=0, le=1, description="top-1 probability below this is lang_low_confidence "
+                                                          "(CCNet keeps >= 0.5)")
+    max_chars: int = Field(2000, gt=0, description="characters of text given to fastText (its accuracy "
+                                                   "saturates well before)")
+
+
 class IdentifyLanguage(DocumentStep):
     """fastText lid.176; the model loads once per worker in setup()."""
-
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
-        self.lid = None
 
     def setup(self):
         from filters.language import LanguageIdentifier
 
-        self.lid = LanguageIdentifier(self.cfg["model"], self.cfg["max_chars"])
+        self.lid = LanguageIdentifier(io.local_copy(self.cfg["model"]), self.cfg["max_chars"])
 
     def step(self, doc):
         lang, score = self.lid(doc["text"])
         doc = {**doc, "lang": lang, "lang_score": score}
         allowed = self.cfg["languages"]
         if score < self.cfg["min_score"]:
-            yield drop(doc, "language", "lang_low_confidence", f"{lang}:{score:.3f}")
-        elif allowed and lang not in allowed:
-            yield drop(doc, "language", "lang_not_allowed", lang)
-        else:
-            yield doc
+            return Drop("lang_low_confidence", f"{lang}:{score:.3f}", doc)
+        if allowed and lang not in allowed:
+            return Drop("lang_not_allowed", lang, doc)
+        return doc
+
+
+@register
+class LanguageStage(DocumentStage):
+    """fastText lid.176 (shipped in `filters/models/`): the top-1 language and its probability on every
+    document."""
+
+    name, config, step = "language", LanguageConfig, IdentifyLanguage
+    starts_group = True
+    reasons = ("lang_low_confidence", "lang_not_allowed")
 
 
 # ------------------------------------------------------------------------------------------ quality
 class ApplyQualityRules(DocumentStep):
     """C4 policy/javascript line removal, then Gopher quality + repetition, C4 and FineWeb rules;
     every measured value is kept on the doc."""
-
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
-        self.rules = None
 
     def setup(self):
         from filters.quality import QualityConfig, QualityFilter
@@ -322,12 +271,67 @@ class ApplyQualityRules(DocumentStep):
         values.update(measured)
         doc = with_scores(doc, **{k: round(float(v), 6) for k, v in values.items()})
         if failed:
-            yield drop(doc, "quality", failed[0], ",".join(failed))
-        else:
-            yield doc
+            return Drop(failed[0], ",".join(failed), doc)
+        return doc
+
+
+@register
+class QualityStage(DocumentStage):
+    """C4 policy/javascript line removal first (as datatrove's C4QualityFilter), then Gopher quality and
+    repetition (Rae et al. 2021), C4 (Raffel et al. 2020) and FineWeb (Penedo et al. 2024) document rules,
+    each with its own reason and threshold (filters/quality.py: the rule table cites each comparison's
+    source); CJK-aware tokenisation; every measured value kept in `scores`."""
+
+    name, config, step = "quality", QualityConfig, ApplyQualityRules
+
+    @property
+    def reasons(self):
+        from filters.quality import QualityFilter
+
+        return tuple(QualityFilter(QualityConfig()).reason_codes)
 
 
 # ---------------------------------------------------------------------------------------- synthetic
+class SyntheticConfig(_Section):
+    """Weak-model text and poor machine translation (filters/models/MODEL_CARD.md)."""
+
+    llm_model: str | None = Field(None, description="null = filters/models/llm_generated.ftz (English)")
+    mt_model: str | None = Field(None, description="null = filters/models/poor_mt.ftz (English, German)")
+    llm_generated_threshold: float | None = Field(None, ge=0, le=1, description="null = the threshold shipped in "
+                                                                                "the model's JSON")
+    poor_mt_threshold: float | None = Field(None, ge=0, le=1, description="null = the threshold shipped in the "
+                                                                          "model's JSON")
+    max_chars: int = Field(1500, gt=0, description="prose sample scored per document")
+    lm_model: str | None = Field(None, description=(
+        "causal LM for Fast-DetectGPT's sampling discrepancy (Bao et al. 2024; filters/lm_detect.py): a "
+        "transformers folder, hub id or GGUF file; null = off (configs/local_lm.yaml turns it on)"))
+    lm_reference_model: str | None = Field(None, description="sampling model with the same tokenizer; null = "
+                                                             "lm_model itself")
+    lm_discrepancy_threshold: float | None = Field(None, description="drop as llm_generated when the discrepancy "
+                                                                     "is >= this; null = score only")
+    lm_logit: list[float] | None = Field(None, description="[a, b]: the discrepancy joins llm_generated as "
+                                                           "log-odds a*d + b (curate fit-lm-head)")
+    lm_device: str = Field("cpu", description="torch device, e.g. cuda")
+    lm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="null = bfloat16 on cuda, float32 on cpu")
+    lm_max_tokens: int = Field(256, gt=0, description="tokens of the sample the LM scores")
+    lm_batch: int = Field(16, gt=0, description="documents per LM call")
+
+    @field_validator("lm_logit")
+    @classmethod
+    def _two_numbers(cls, value):
+        if value is not None and len(value) != 2:
+            raise ValueError("lm_logit is [coef, bias]")
+        return value
+
+    @model_validator(mode="after")
+    def _logit_needs_threshold(self):
+        if self.lm_logit is not None and self.llm_generated_threshold is None:
+            raise ValueError("lm_logit needs llm_generated_threshold set with it: the shipped threshold is for "
+                             "the score without the LM (curate fit-lm-head prints both)")
+        return self
+
+
 class ScoreSyntheticText(DocumentStep):
     """LLM output and poor machine translation: implicit repetition (DeepSeek-V4.1 data step).
     Both probabilities (and the two parts of `llm_generated`: `llm_ngram`, `llm_style`) are stored on
@@ -338,24 +342,27 @@ class ScoreSyntheticText(DocumentStep):
     `llm_generated` as a third head (log-odds a*d + b), and with `lm_discrepancy_threshold` set it
     drops as `llm_generated` on its own."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
+    def __init__(self, stage: str, cfg: dict):
+        super().__init__(stage, cfg)
         self.scorer = self.thresholds = self.lm = None
         self.discrepancies = {}
-        if cfg.get("lm_model"):
+        if cfg["lm_model"]:
             self.batch = cfg["lm_batch"]
 
     def setup(self):
         from filters.synthetic import SyntheticTextScorer
 
-        self.scorer = SyntheticTextScorer(self.cfg["llm_model"], self.cfg["mt_model"], self.cfg["max_chars"]).load()
+        models = [io.local_copy(self.cfg[k], sidecars=(".json",)) for k in ("llm_model", "mt_model")]
+        self.scorer = SyntheticTextScorer(*models, self.cfg["max_chars"]).load()
         shipped = self.scorer.thresholds()
         self.thresholds = {k: self.cfg[f"{k}_threshold"] if self.cfg[f"{k}_threshold"] is not None else v
                            for k, v in shipped.items()}
-        if self.cfg.get("lm_model"):
+        if self.cfg["lm_model"]:
             from filters.lm_detect import SamplingDiscrepancy
 
-            self.lm = SamplingDiscrepancy.from_config(self.cfg).load()
+            gguf = {k: io.local_copy(self.cfg[k]) for k in ("lm_model", "lm_reference_model")  # hub ids stay
+                    if (self.cfg[k] or "").endswith(".gguf")}
+            self.lm = SamplingDiscrepancy.from_config({**self.cfg, **gguf}).load()
 
     def prepare(self, docs):
         if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
@@ -370,122 +377,189 @@ class ScoreSyntheticText(DocumentStep):
 
         scores = self.scorer.score(doc["text"], doc["lang"])
         discrepancy = self.discrepancies.pop(doc["id"], None)  # only for languages the llm scorer judges
-        scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg.get("lm_logit"))
+        scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg["lm_logit"])
         values = {k: scores[k] for k in ("llm_generated", "llm_ngram", "llm_style", "poor_mt") if k in scores}
         if self.lm is not None:
             values["llm_lm_discrepancy"] = discrepancy
         doc = with_scores(doc, **values)
         for name in ("llm_generated", "poor_mt"):
             if scores[f"{name}_supported"] and scores[name] >= self.thresholds[name]:
-                yield drop(doc, "synthetic", name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}")
-                return
-        limit = self.cfg.get("lm_discrepancy_threshold")
+                return Drop(name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}", doc)
+        limit = self.cfg["lm_discrepancy_threshold"]
         if discrepancy is not None and limit is not None and discrepancy >= limit:
-            yield drop(doc, "synthetic", "llm_generated", f"lm_discrepancy {discrepancy:.3f}>={limit}")
-            return
-        yield doc
+            return Drop("llm_generated", f"lm_discrepancy {discrepancy:.3f}>={limit}", doc)
+        return doc
 
 
-# -------------------------------------------------------------------------------------- exact dedup
-def _exact_dedup(cfg):
-    from dedup.transforms import ExactDedup
+@register
+class SyntheticStage(DocumentStage):
+    """Text written by weak models and poor machine translation (the DeepSeek-V4.1 report's data step
+    against implicit repetition): quantized fastText classifiers shipped in `filters/models/`;
+    `llm_generated` adds a style head for chat models (published LLM excess vocabulary, burstiness,
+    specificity) and optionally a pretrained LM's Fast-DetectGPT discrepancy, log-odds added
+    (filters/models/MODEL_CARD.md: data, held-out figures, limits). Every probability and head is kept on
+    every document; only languages a model was trained on are judged."""
 
-    return ExactDedup(cfg["exact_dedup"]["survivor"])
+    name, config, step = "synthetic", SyntheticConfig, ScoreSyntheticText
+    reasons = ("llm_generated", "poor_mt")
 
 
-def _near_dedup(cfg):
-    """MinHash LSH near-duplicates, verified by exact Jaccard, clustered by connected components."""
-    from dedup.near import NearDedup
+# ---------------------------------------------------------------------------------------------- dedup
+class ExactDedupConfig(_Section):
+    survivor: Literal["earliest_capture", "smallest_id"] = Field(
+        "earliest_capture", description="which copy is kept: the first crawled (ties: smallest id), or the "
+                                        "smallest id")
 
-    return NearDedup(cfg["near_dedup"])
 
-
-class DedupStage:
+class _DedupStage(Stage):
     """A dedup transform's survivors pass on; every other member is dropped naming its survivor
-    (detail) with its group size in the scores."""
+    (detail), with its group size in the scores."""
 
-    schema, needs_input, counts_itself = io.DOC_SCHEMA, True, False
+    reason: str
 
-    def __init__(self, name: str, transform, reason: str, starts_group: bool):
-        self.name, self.transform, self.reason, self.starts_group = name, transform, reason, starts_group
+    def transform(self, cfg: dict):
+        raise NotImplementedError
 
-    def build(self, p, cfg, inputs, root):
-        res = inputs | f"{self.name}/Dedup" >> self.transform(cfg)
+    def build(self, p, cfg, docs, root):
+        res = docs | f"{self.name}/Dedup" >> self.transform(cfg[self.name])
         stage, reason = self.name, self.reason
         drops = res.duplicates | f"{stage}/Drops" >> beam.MapTuple(
-            lambda doc, survivor, size: drop(with_scores(doc, **{f"{stage}_group_size": size}), stage,
-                                             reason, survivor).value)
+            lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{stage}_group_size": float(size)}), stage,
+                                                 reason, survivor))
         return res.docs, drops, res.counters
 
 
+@register
+class ExactDedupStage(_DedupStage):
+    """NFKC + casefold + punctuation-stripped text hash; one GroupByKey; the survivor is the earliest
+    capture (WARC-Date), ties to the smallest id, never arrival order; each drop names its survivor
+    (detail), its group size in the scores."""
+
+    name, config, reason = "exact_dedup", ExactDedupConfig, "exact_duplicate"
+    reasons, starts_group = ("exact_duplicate",), True
+
+    def transform(self, section):
+        from dedup.transforms import ExactDedup
+
+        return ExactDedup(section["survivor"])
+
+
+@register
+class NearDedupStage(_DedupStage):
+    """MinHash (word 5-grams; character 5-grams for Han/kana) with LSH bands as Beam keys, buckets reduced
+    to star edges, candidates verified by exact Jaccard, connected components by large-star/small-star
+    rounds (Kiveris et al. 2014), the same survivor rule as exact_dedup; the S-curve is in dedup/near.py.
+    Each drop names its survivor (detail), its cluster size in the scores."""
+
+    name, config, reason = "near_dedup", NearDedupConfig, "near_duplicate"
+    reasons = ("near_duplicate",)
+
+    def transform(self, section):
+        from dedup.near import NearDedup
+
+        return NearDedup(section)
+
+
 # -------------------------------------------------------------------------------------------- write
+class WriteConfig(_Section):
+    shards: int = Field(4, gt=0, description="deterministic, id-sorted Parquet shards under OUT/docs/text/ "
+                                             "(also the shard count of OUT/docs/pairs and OUT/images)")
+
+
 def _duplicate_record(row_kept):
     row, kept = row_kept
-    return drop(row, "write", "duplicate_record", f"{kept['warc_file']}@{kept['warc_offset']}").value
+    return drop_row(row, "write", "duplicate_record", f"{kept['warc_file']}@{kept['warc_offset']}")
 
 
-class WriteStage:
-    """Final text documents: deterministic id-sorted shards under OUT/docs/text/, one row per id (a
-    second row with an id already written, e.g. one record copied into two files whose texts
-    differ, is `duplicate_record`: the shards and the packer may rely on unique ids)."""
+@register
+class WriteStage(Stage):
+    """Final text documents: `hash(id) % shards`, each shard sorted by id, so the bytes are the same
+    whatever the worker count; one row per id (a second row with an id already written, e.g. one
+    record copied into two files whose texts differ, is `duplicate_record`: the shards and the packer
+    may rely on unique ids)."""
 
-    name, schema = "write", io.DOC_SCHEMA
-    starts_group, needs_input, counts_itself = False, True, False
+    name, config, reasons = "write", WriteConfig, ("duplicate_record",)
+    outputs, ends_branch = ("docs/text",), True
 
-    def build(self, p, cfg, inputs, root):
-        docs_dir = io.join(root, "docs", "text")
-        written = inputs | "WriteDocs" >> io.WriteSortedParquet(docs_dir, io.DOC_SCHEMA, cfg["write"]["shards"],
-                                                                unique_ids=True)
+    @property
+    def documents(self):
+        return "docs/text"
+
+    def build(self, p, cfg, docs, root):
+        written = docs | "WriteDocs" >> io.WriteSortedParquet(io.join(root, "docs", "text"), io.DOC_SCHEMA,
+                                                              cfg["write"]["shards"], unique_ids=True)
         counters = written.written | "OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
         drops = written[io.DUPLICATE_IDS] | "DuplicateIds" >> beam.Map(_duplicate_record)
         return None, drops, counters
 
 
 # -------------------------------------------------------------------------------------------- pack
-def _pack_identity(key_n):
-    """Map the packing counters onto the stage identity: documents tokenized are `out`, documents
-    whose text gives no tokens are dropped (`no_tokens`); everything else stays an extra counter."""
-    key, n = key_n
-    yield key, n
-    if key == "tokenize/docs":
-        yield "out", n
-    elif key == "tokenize/empty":
-        yield "dropped/no_tokens", n
+@register
+class PackStage(Stage):
+    """The DeepSeek-V3 tokenizer (BOS + text + EOS), deterministic chunking of over-long documents at
+    paragraph/sentence boundaries, phase allocation (34:11 token budgets, long documents to the long
+    phase, no document in both), best-fit-decreasing packing with exact-pair reservations per hash
+    group, and a seeded shuffle into near-equal Arrow IPC shards with `cu_seqlens` and a manifest per
+    phase (the DeepSeek-V4.1 report: documents split before mixing, <= 1e-4 padding)."""
 
+    name, config, reasons = "pack", PackConfig, ("no_tokens",)
+    starts_group, schema, outputs = True, None, ("shards",)
 
-class PackStage:
-    """Tokenize, chunk deterministically, allocate phases, best-fit pack, write shards (SPEC §1.3)."""
+    @property
+    def documents(self):
+        return None
 
-    name, schema = "pack", None
-    starts_group, needs_input, counts_itself = True, True, False
-
-    def build(self, p, cfg, inputs, root):
-        from packing.config import resolve
+    def build(self, p, cfg, docs, root):
+        from packing.config import pack_config
         from packing.transforms import BuildShards
 
-        counters = inputs | "BuildShards" >> BuildShards(resolve(cfg["pack"]), io.join(root, "shards"))
-        return None, p | "NoDrops" >> beam.Create([]), counters | "Identity" >> beam.FlatMap(_pack_identity)
+        built = docs | "BuildShards" >> BuildShards(pack_config(cfg["pack"]), io.join(root, "shards"))
+        packed = built.tokenized | "CountPacked" >> beam.Map(lambda _: ("out", 1))  # a document in the shards
+        drops = built.no_tokens | "NoTokens" >> beam.Map(lambda doc: drop_row(doc, "pack", "no_tokens"))
+        return None, drops, (built.counters, packed) | "Counters" >> beam.Flatten()
 
 
 # ------------------------------------------------------------------------------------------- images
 def _image_drop(row_reason_detail):
+    """An image-branch drop (a reference, or a pair) as a drop row: `url` is the image's, the page and
+    the image's position on it are in the detail."""
     row, reason, detail = row_reason_detail
-    scores = json.dumps({"page_url": row.get("page_url"), "position": row.get("position")}, sort_keys=True)
+    where = f"on {row.get('page_url')} at {row.get('position')}"
     return {"id": row.get("id"), "url": row.get("img_url") or "", "warc_file": row.get("warc_file"),
             "warc_offset": None, "warc_date": row.get("warc_date"), "stage": "image_pairs", "reason": reason,
-            "detail": detail or "", "scores": scores, "text": row.get("alt")}
+            "detail": f"{detail}; {where}" if detail else where, "scores": {}, "text": row.get("alt")}
 
 
-class ImagesStage:
-    """Image–alt-text pairs (SPEC §1.2): its own pass over the input WARCs, so the text branch never
-    carries raw HTML; image bytes come from the WARCs' image responses, else the safe fetcher.
-    Writes OUT/docs/pairs/ and the content-addressed OUT/images/; `in` counts <img> tags."""
+@register
+class ImagesStage(Stage):
+    """Image-alt-text pairs, from its own pass over the input WARCs (the text branch never carries raw
+    HTML): `<img>`/`<picture>`/srcset with alt text and page context; alt and URL rules; bytes from the
+    WARCs' image responses (CoGroupByKey by URL), else the SSRF-safe fetcher (off unless configured);
+    defensive Pillow decoding (bomb limit, truncation, CMYK/palette/alpha/animation), size and aspect
+    rules; sha256 then banded-pHash dedup; optional CLIP/SigLIP relevance. Writes the pairs and the
+    content-addressed image store. Its `in` counts `<img>` tags, plus one unit per page whose tags cannot
+    be read."""
 
-    name, schema = "image_pairs", None
-    starts_group, needs_input, counts_itself = True, False, False
+    name, config, reads, starts_group = "image_pairs", ImagePairsConfig, READS_INPUT, True
+    schema, outputs, settings_from = None, ("docs/pairs", "images"), ("read", "write")
+    reasons = ("no_src", "data_uri", "bad_scheme", "bad_url", "tracking_pixel", "icon_or_sprite", "declared_too_small",
+               "missing_alt", "empty_alt", "filename_alt", "generic_alt", "alt_too_short", "alt_too_long",
+               "alt_language", "page_noai", "page_too_large", "page_undecodable", "page_timeout", "not_in_warc",
+               "<fetch failure: extract/fetch.py>", "<decode failure: filters/image.py>", "image_exact_dup",
+               "image_near_dup", "low_relevance", "image_semantic_dup")
 
-    def build(self, p, cfg, inputs, root):
-        from dedup.image import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
+    @property
+    def documents(self):
+        return None
+
+    def notices(self, cfg):
+        if cfg["image_pairs"]["fetch"]["enabled"]:
+            return ["the image fetcher is ON (image_pairs.fetch.enabled): this run makes HTTP requests to the hosts "
+                    "that pages name for images missing from the WARCs"]
+        return []
+
+    def build(self, p, cfg, docs, root):
+        from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
 
         read = read_warcs(p, cfg, images=True)
         res = (read.docs, read.image) | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
@@ -493,14 +567,3 @@ class ImagesStage:
         res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
         res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images"), IMAGE_SCHEMA, shards)
         return None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters
-
-
-STAGES = {s.name: s for s in (
-    ReadStage(),
-    PerDocumentStage("extract", ExtractText, starts_group=False),
-    PerDocumentStage("language", IdentifyLanguage, starts_group=True),
-    PerDocumentStage("quality", ApplyQualityRules, starts_group=False),
-    PerDocumentStage("synthetic", ScoreSyntheticText, starts_group=False),
-    DedupStage("exact_dedup", _exact_dedup, "exact_duplicate", starts_group=True),
-    DedupStage("near_dedup", _near_dedup, "near_duplicate", starts_group=False),
-    WriteStage(), PackStage(), ImagesStage())}

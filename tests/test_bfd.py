@@ -13,13 +13,14 @@ matches the real web-text sample: median 867, mean 1,827), chunked to <= L, 20 s
     8192    100k  (50k: 90% of seeds)             ~1.9e8 (2.3e4 L)   0-1
     65536   500k  (200k: 60% of seeds)            ~9e8  (1.4e4 L)    0 (mean padding reaches 1e-4 at ~0.3B tokens)
 
-i.e. groups of >= ~2e4 * L tokens: ~0.1-0.2B tokens at 4K-8K, ~0.7-1B tokens at 64K. (The SPEC's
-">= 100k docs / >= 0.3B tokens at 64K" is where the *mean* padding reaches 1e-4.) Caveat: this needs
-a fine-grained length distribution. Bootstrap-resampling the 2,701-document web-text sample (only
-1,731 distinct lengths, smallest 8) leaves 1-28-token gaps that no remaining chunk fits in many
-sequences (20-30%), and plain BFD then pads ~1.2-1.6e-4 at L=4K/8K no matter the group size
-(benchmarks/packing.py); `pack_lengths` adds exact-pair reservations for those sequences and pads
-4-7e-5 there (with 2% multiplicative jitter on the resampled lengths plain BFD drops to ~3-8e-6).
+i.e. groups of >= ~2e4 * L tokens: ~0.1-0.2B tokens at 4K-8K, ~0.7-1B tokens at 64K. (The reference
+figure ">= 100k docs / >= 0.3B tokens at 64K per group" is where the *mean* padding reaches 1e-4.)
+Caveat: this needs a fine-grained length distribution. Bootstrap-resampling the 2,701-document
+web-text sample (only 1,731 distinct lengths, smallest 8) leaves 1-28-token gaps that no remaining
+chunk fits in many sequences (20-30%), and plain BFD then pads ~1.2-1.6e-4 at L=4K/8K no matter the
+group size (benchmarks/packing.py); `pack_lengths` adds exact-pair reservations for those sequences
+and pads 4-7e-5 there (with 2% multiplicative jitter on the resampled lengths plain BFD drops to
+~3-8e-6).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import json
 import numpy as np
 import pytest
 
-from packing.bfd import bfd_csr, pack_lengths, pack_lengths_csr, padding_rate, reference_bfd, reserving_bfd_csr
+from packing.bfd import (_bfd_runs, bfd_csr, pack_lengths, pack_lengths_csr, padding_rate, reference_bfd,
+                         reserving_bfd_csr)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,6 +213,39 @@ def test_random_against_reference(kind, L):
     items, offsets = bfd_csr(x, L)
     assert [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == got
     assert len(got) >= -(-int(np.sum(x)) // L)
+
+
+def _bfd_runs_bins(lengths, L):
+    """`_bfd_runs` on the runs of `lengths`, its segments decoded per its docstring, as bins of indices."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    vals, counts = [], []
+    for i in order:
+        if vals and vals[-1] == lengths[i]:
+            counts[-1] += 1
+        else:
+            vals.append(lengths[i])
+            counts.append(1)
+    seg_bin, ev_q, ev_m, nbins = _bfd_runs(vals, counts, L, vals[-1])
+    bins = [[] for _ in range(nbins)]
+    pos = k = 0
+    for q, m in zip(ev_q, ev_m):
+        for _ in range(m):
+            bins[seg_bin[k]].extend(order[pos : pos + q])
+            pos += q
+            k += 1
+    assert k == len(seg_bin) and pos == len(order)
+    return bins
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("L", [1, 2, 63, 64, 65, 4095, 4096, 4097, 70_000])
+def test_bfd_runs_against_naive(kind, L):
+    """`_bfd_runs` itself (not via `bfd_csr`) equals the naive best-fit-decreasing, for seq_len
+    around the 64-bit word boundaries of its capacity bitset and up to all three of its levels."""
+    rng = np.random.default_rng(100 * KINDS.index(kind) + L % 97)
+    for _ in range(3):
+        x = random_lengths(rng, kind, int(rng.integers(1, 300)), L).tolist()
+        assert _bfd_runs_bins(x, L) == naive_bfd(x, L)
 
 
 def test_larger_against_reference():

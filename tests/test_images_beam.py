@@ -1,4 +1,4 @@
-"""ImagePairs on Beam (dedup/image.py), FnApiRunner only: the ukwa Wikipedia capture with its images
+"""ImagePairs on Beam (pipelines/image_pairs.py), FnApiRunner only: the ukwa Wikipedia capture with its images
 inside the WARC (no network: name resolution and connects are made to fail), 1 vs 2 workers, and
 synthetic pages around a real photo for exact/near duplicates, WARC opt-outs and fetching from
 127.0.0.1 (refused by the default config, fetched with the guard relaxed)."""
@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from PIL import Image
 
-from dedup.image import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
+from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
 from extract.images import image_record, read_pages_and_images
 from tests.test_fetch import Handler, serve
 from tests.test_images_decode import UKWA, encode, photo, ukwa_images
@@ -66,7 +66,7 @@ def test_ukwa_main_page_pairs_from_the_warc(tmp_path, no_network):
     assert shrimp["page_url"] == "http://en.wikipedia.org/wiki/Main_Page" and shrimp["position"] == 4
     assert shrimp["img_url"].startswith("http://upload.wikimedia.org/wikipedia/commons/thumb/a/ae/")
     assert "Periclimenes imperator" in shrimp["context_after"] and shrimp["warc_date"] == "2012-01-19T10:02:03Z"
-    assert set(shrimp) == set(PAIR_SCHEMA.names) and json.loads(shrimp["scores"]) == {}
+    assert set(shrimp) == set(PAIR_SCHEMA.names) and dict(shrimp["scores"]) == {}
     assert reasons(drops) == {"declared_too_small": 15, "too_small": 1}  # the search button decodes to 12 px
     assert counters["in"] == 17 == counters["out"] + len(drops)
     assert counters["images/relevance/skipped_no_model"] == 1

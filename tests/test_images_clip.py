@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from dedup.image import resolve
+from pipelines.image_pairs import image_pairs_config
 from filters.image import ClipScorer, open_image
 from extract.images import read_pages_and_images
 from tests.test_images_beam import reasons, run_pairs
@@ -51,7 +51,7 @@ def thumbnails():
 
 def test_scorer_loads_by_path_and_scores_cosines(tiny_clip):
     scorer = ClipScorer(tiny_clip)
-    cfg = resolve({"min_side": 50})
+    cfg = image_pairs_config({"min_side": 50})
     images = [open_image(data, cfg)[0] for data, _ in thumbnails()]
     texts = [alt for _, alt in thumbnails()]
     img, txt = scorer.encode(images, texts)
@@ -69,7 +69,7 @@ def test_relevance_threshold_and_embedding_dedup_in_beam(tiny_clip, tmp_path):
     """Threshold between the 2nd and 3rd best scores: two pairs stay relevant; with a cosine threshold
     of -1 every candidate pair (the two share SimHash bands under this seeded model) is a semantic
     duplicate, so the more relevant pair survives."""
-    cfg = resolve({"min_side": 50})
+    cfg = image_pairs_config({"min_side": 50})
     scorer = ClipScorer(tiny_clip)
     expected = sorted(zip(scorer.score([open_image(d, cfg, 448)[0] for d, _ in thumbnails()],
                                        [a for _, a in thumbnails()]), [a for _, a in thumbnails()]), reverse=True)
@@ -81,7 +81,7 @@ def test_relevance_threshold_and_embedding_dedup_in_beam(tiny_clip, tmp_path):
               "embedding_dedup": {"enabled": True, "threshold": -1.0}}
     pairs, drops, counters, stored = run_pairs(pages, images, config, tmp_path)
     assert [p["alt"] for p in pairs] == [expected[0][1]]
-    assert abs(json.loads(pairs[0]["scores"])["clip"] - expected[0][0]) < 1e-4
+    assert abs(dict(pairs[0]["scores"])["clip"] - expected[0][0]) < 1e-4
     assert reasons(drops)["low_relevance"] == 2 and reasons(drops)["image_semantic_dup"] == 1
     assert counters["images/relevance/scored"] == 4 and "images/relevance/skipped_no_model" not in counters
     assert len(stored) == 1 and "embedding" not in pairs[0]

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from dedup.image import band_keys, resolve
+from dedup.image import bit_band_keys
+from pipelines.image_pairs import image_pairs_config
 from extract.warc import RawRecord, iter_records
 from filters.image import decode_image, hamming, open_image
 
 UKWA = Path(__file__).parent / "data" / "images" / "main-page.warc.gz"
-CFG = resolve({})                 # defaults: min side 150, aspect <= 3
-SMALL_OK = resolve({"min_side": 50})
+CFG = image_pairs_config({})                 # defaults: min side 150, aspect <= 3
+SMALL_OK = image_pairs_config({"min_side": 50})
 
 
 @lru_cache(maxsize=1)
@@ -153,7 +154,7 @@ def test_resized_and_recompressed_copies_are_within_the_threshold():
                   encode(src, "JPEG", quality=25), encode(src, "PNG"), encode(src, "WEBP", quality=50),
                   encode(src.resize((w * 2, h * 2)), "JPEG", quality=80)]
         for copy in copies:
-            d = decode_image(copy, resolve({"min_side": 20}))
+            d = decode_image(copy, image_pairs_config({"min_side": 20}))
             assert d.sha256 != decode_image(data, SMALL_OK).sha256
             assert hamming(d.phash, base) <= threshold
     hashes = [decode_image(p, SMALL_OK).phash for p in originals]
@@ -170,10 +171,10 @@ def test_band_keys_pigeonhole():
         b = a
         for bit in flips:
             b ^= 1 << bit
-        assert set(band_keys(a, 64, 8, 3)) & set(band_keys(b, 64, 8, 3))
+        assert set(bit_band_keys(a, 64, 8, 3)) & set(bit_band_keys(b, 64, 8, 3))
     a = 0
     b = sum(1 << (8 * band) for band in range(6))  # one bit in each of 6 bands
-    assert not set(band_keys(a, 64, 8, 3)) & set(band_keys(b, 64, 8, 3))
-    assert len(band_keys(a, 64, 8, 3)) == 56
+    assert not set(bit_band_keys(a, 64, 8, 3)) & set(bit_band_keys(b, 64, 8, 3))
+    assert len(bit_band_keys(a, 64, 8, 3)) == 56
     with pytest.raises(ValueError):
-        resolve({"phash": {"key_bands": 4}})
+        image_pairs_config({"phash": {"key_bands": 4}})

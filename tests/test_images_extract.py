@@ -4,7 +4,7 @@ cases (picture/srcset, lazy loading, base href, data: URIs)."""
 
 import pytest
 
-from dedup.image import resolve
+from pipelines.image_pairs import image_pairs_config
 from extract.html import decode_html
 from extract.images import (ImageRef, canonical_url, check_image_ref, extract_images, image_record,
                             page_disallows_ai, parse_srcset)
@@ -13,7 +13,7 @@ from extract.warc import RawRecord, iter_records
 from tests.test_images_decode import UKWA
 from tests.warc_factory import MINI
 
-CFG = resolve({})
+CFG = image_pairs_config({})
 
 
 def html_of(path, url_part):
@@ -52,7 +52,7 @@ def test_real_wikipedia_page_context_and_urls():
     assert "featured picture" in shrimp.context_before
     # at 150 px only the shrimp passes by its declared size, and the search button, which declares none
     assert [r.alt for r in refs if check_image_ref(r, CFG) is None] == ["Emperor shrimp", "Search"]
-    small = resolve({"min_side": 50})
+    small = image_pairs_config({"min_side": 50})
     kept = [r.alt for r in refs if check_image_ref(r, small) is None]
     assert kept == ["Nick Drake's grave in Tanworth-in-Arden", "John Acland in 1893", "Ma Ying-jeou", "Emperor shrimp",
                     "Search"]

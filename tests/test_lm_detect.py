@@ -135,17 +135,17 @@ def test_synthetic_stage_stores_the_discrepancy_and_drops_by_threshold(tiny_lm):
     import apache_beam as beam
     from apache_beam.utils.windowed_value import WindowedValue
 
-    from pipelines.config import DEFAULTS
-    from pipelines.stages import COUNTERS, DROPPED, ScoreSyntheticText
+    from pipelines.stage import COUNTERS, DROPPED
+    from pipelines.stages import ScoreSyntheticText, SyntheticConfig
 
     machine = greedy_text(tiny_lm, "T", 120)
     human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
              "baker ran out of rye by nine. Nobody minded much.")
-    cfg = {**DEFAULTS["synthetic"], "lm_model": tiny_lm, "lm_batch": 4, "lm_discrepancy_threshold": 5.0}
-    dofn = pickle.loads(pickle.dumps(ScoreSyntheticText(cfg)))  # as Beam ships it: models load in setup()
+    cfg = SyntheticConfig(lm_model=tiny_lm, lm_batch=4, lm_discrepancy_threshold=5.0).model_dump()
+    dofn = pickle.loads(pickle.dumps(ScoreSyntheticText("synthetic", cfg)))  # as Beam ships it: models load in setup()
     dofn.setup()
     dofn.start_bundle()
-    docs = [{"id": f"d{i}", "text": text, "lang": "en", "scores": "{}"} for i, text in enumerate([machine, human])]
+    docs = [{"id": f"d{i}", "text": text, "lang": "en", "scores": {}} for i, text in enumerate([machine, human])]
     outputs = [o for doc in docs for o in dofn.process(doc)] + list(dofn.finish_bundle())
 
     def value(out):  # finish_bundle wraps its outputs in a window
@@ -158,14 +158,16 @@ def test_synthetic_stage_stores_the_discrepancy_and_drops_by_threshold(tiny_lm):
     assert len(outputs) == len(kept) + len(tagged)
     assert [d["id"] for d in kept] == ["d1"] and [d["id"] for d in dropped] == ["d0"]
     assert dropped[0]["reason"] == "llm_generated" and dropped[0]["detail"].startswith("lm_discrepancy")
-    assert json.loads(dropped[0]["scores"])["llm_lm_discrepancy"] >= 5.0
-    assert json.loads(kept[0]["scores"])["llm_lm_discrepancy"] < 5.0
+    assert dropped[0]["scores"]["llm_lm_discrepancy"] >= 5.0
+    assert kept[0]["scores"]["llm_lm_discrepancy"] < 5.0
     assert tally == {"in": 2, "out": 1, "dropped/llm_generated": 1}
 
 
 def test_curate_score_adds_the_discrepancy_when_an_lm_is_configured(tiny_lm, tmp_path):
-    from pipelines.config import DEFAULTS
     from filters.score import TextScorer, score_jsonl
+    from pipelines.config import default_config
+
+    DEFAULTS = default_config()
 
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"text": "Rain again this morning, so the market moved indoors today."}) + "\n")
@@ -266,20 +268,19 @@ def test_a_gguf_file_scores_like_the_model_it_was_written_from(tmp_path):
 
 def test_calibrated_discrepancy_is_a_third_head_of_llm_generated(tiny_lm):
     from filters.synthetic import add_evidence, combine
-    from pipelines.config import DEFAULTS
-    from pipelines.stages import ScoreSyntheticText
+    from pipelines.stages import ScoreSyntheticText, SyntheticConfig
 
     human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
              "baker ran out of rye by nine. Nobody minded much, and the coffee stand did well.")
     german = "Heute regnet es wieder, deshalb ist der Markt in die Halle gezogen und der Bäcker hat kein Brot mehr."
-    cfg = {**DEFAULTS["synthetic"], "lm_model": tiny_lm, "lm_logit": [0.5, -1.0], "llm_generated_threshold": 0.99999}
-    stage = ScoreSyntheticText(cfg)
+    cfg = SyntheticConfig(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999).model_dump()
+    stage = ScoreSyntheticText("synthetic", cfg)
     stage.setup()
-    docs = [{"id": "en", "text": human, "lang": "en", "scores": "{}"},
-            {"id": "de", "text": german, "lang": "de", "scores": "{}"}]
+    docs = [{"id": "en", "text": human, "lang": "en", "scores": {}},
+            {"id": "de", "text": german, "lang": "de", "scores": {}}]
     stage.prepare(docs)
     assert set(stage.discrepancies) == {"en"}  # the LM only reads languages the llm scorer judges
-    en, de = (json.loads(next(iter(stage.step(doc)))["scores"]) for doc in docs)
+    en, de = (stage.step(doc)["scores"] for doc in docs)
     two_heads = combine(en["llm_ngram"], en["llm_style"])
     expected = add_evidence(two_heads, 0.5 * en["llm_lm_discrepancy"] - 1.0)
     assert en["llm_generated"] == pytest.approx(expected, abs=2e-6) and en["llm_generated"] != pytest.approx(two_heads)

@@ -104,6 +104,7 @@ def test_loss_audit_names_a_lost_row(tmp_path):
     out = tmp_path / "out"
     text_branch = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
     summary = run(load_config(TINY, input=[str(MINI)], output=str(out), workers=1), echo=False)
+    assert summary["audit"]["stages"] == text_branch and summary["audit"]["kept"] == "docs/text"
     assert summary["audit"]["ok"] and summary["audit"]["rows"] == len(rows(out / "docs" / "text")) + sum(
         len(rows(out / "dropped" / s)) for s in text_branch)
     victim = next(p for p in sorted((out / "dropped" / "quality").glob("*.parquet")) if pq.read_table(p).num_rows)
@@ -111,10 +112,10 @@ def test_loss_audit_names_a_lost_row(tmp_path):
     pq.write_table(table.slice(1), victim)  # a row vanishes between stages
     cfg = load_config(TINY, output=str(out), workers=1)
     with pytest.raises(LossAuditError, match="file_rows_mismatch"):
-        audit(pipeline_options(cfg), str(out), text_branch)
+        audit(pipeline_options(cfg), str(out), text_branch, "docs/text")
     pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), victim)  # and now one is there twice
     with pytest.raises(LossAuditError, match=table.column("id")[0].as_py()):
-        audit(pipeline_options(cfg), str(out), text_branch)
+        audit(pipeline_options(cfg), str(out), text_branch, "docs/text")
 
 
 def test_network_is_off_unless_the_users_config_turns_it_on(tmp_path, caplog):

@@ -150,7 +150,9 @@ def test_s_curve_is_monotone_and_the_documented_table_holds():
     for bands, rows in [(32, 3), (20, 5), (9, 13), (1, 1)]:
         p = s_curve(j, bands, rows)
         assert p[0] == 0 and p[-1] == 1 and np.all(np.diff(p) >= 0)
-    from dedup.near import DEFAULTS
+    from dedup.near import NearDedupConfig
+
+    DEFAULTS = NearDedupConfig().model_dump()
 
     table = re.search(r"P\(J\)\s+([\d. ]+)\n", minhash.__doc__).group(1).split()
     documented = re.search(r"J\s+([\d. ]+)\n", minhash.__doc__).group(1).split()

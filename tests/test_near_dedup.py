@@ -16,8 +16,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from dedup.minhash import jaccard, shingles
-from dedup.near import (DEFAULTS, NearDedup, _BucketStar, ChooseSurvivor, _HubToLeaves, _LargeStar,
-                        _SmallStar, resolve, size_bin)
+from dedup.near import (NearDedup, NearDedupConfig, near_dedup_config, _BucketStar, ChooseSurvivor, _HubToLeaves, _LargeStar,
+                        _SmallStar, size_bin)
 from tests.test_minhash import edit, real_texts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def real_run(tmp_path_factory):
 
 def test_brute_force_no_two_kept_documents_are_similar(real_run):
     docs, (kept, dups, counters) = real_run
-    t = DEFAULTS["threshold"]
+    t = NearDedupConfig().threshold
     sets = {d["id"]: shingles(d["text"]) for d in docs}
     cluster = {doc_id: survivor for doc_id, (survivor, _) in dups.items()}
     similar = [(a, b) for a, b in itertools.combinations(sorted(sets), 2) if jaccard(sets[a], sets[b]) >= t]
@@ -254,10 +254,10 @@ def test_one_bucket_of_50k_near_identical_documents(tmp_path):
 
 
 def test_config_is_checked():
-    assert resolve({"bands": None, "rows": None, "threshold": 0.8, "num_perm": 128})["bands"] == 9
-    with pytest.raises(ValueError, match="unknown near_dedup keys"):
-        resolve({"treshold": 0.5})
+    assert near_dedup_config({"bands": None, "rows": None, "threshold": 0.8, "num_perm": 128})["bands"] == 9
+    with pytest.raises(ValueError, match="treshold\n  Extra inputs are not permitted"):
+        near_dedup_config({"treshold": 0.5})
     with pytest.raises(ValueError, match="num_perm"):
-        resolve({"bands": 40, "rows": 3})
+        near_dedup_config({"bands": 40, "rows": 3})
     assert [size_bin(n) for n in (2, 3, 4, 5, 8, 9, 16, 17, 50_000)] == \
         ["2", "3", "4", "5-8", "5-8", "9-16", "9-16", "17-32", "32769-65536"]

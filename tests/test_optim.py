@@ -1,4 +1,5 @@
-"""Tests of trainer/optim.py against SPEC.md §2 and torch's own optimizers (CPU, seconds)."""
+"""Tests of trainer/optim.py against the DeepSeek-V4.1 report's update rules (§4.2.2) and torch's own
+optimizers (CPU, seconds)."""
 
 import copy
 import io
@@ -95,7 +96,8 @@ def test_sinkhorn_balance_masks_quiet_rows_and_gives_unit_row_rms():
 
 
 def spec_sinkhorn(N: torch.Tensor, iters: int = 11, tau: float = 1e-3, eps: float = 1e-20) -> torch.Tensor:
-    """SPEC.md §2's iteration written out literally, in float64."""
+    """The Sinkhorn-balanced update's iteration written out literally, in float64: rows with
+    ρ_i <= τ·mean(ρ) zeroed once, then K alternating row / column normalisations, times sqrt(n)."""
     U = N.double().clone()
     rho = U.norm(dim=1)
     U[rho <= tau * rho.mean()] = 0

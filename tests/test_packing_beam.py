@@ -14,13 +14,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from packing import ShardDataset, open_shards
-from packing.config import phases, resolve
+from packing.config import pack_config, phases
 from packing.tokenizer import DocTokenizer
 from packing.transforms import BuildShards, PackAndWrite
 from tests.test_packing_chunk import real_docs
 
 # A 1M phase the 17k-token corpus cannot fill sits next to two small ones: it must be reported, not crash.
-CFG = resolve({"phases": {"pretrain": {"seq_len": 256}, "long": {"seq_len": 1024},
+CFG = pack_config({"phases": {"pretrain": {"seq_len": 256}, "long": {"seq_len": 1024},
                           "huge": {"seq_len": 1 << 20, "share": 5}},
                "shard_tokens": 2048, "seed": 3})
 
@@ -41,7 +41,7 @@ def run_pipeline(build, workers: int, counters: Path) -> dict:
 
 
 def build_shards(out: Path, workers: int, docs: list[dict]) -> dict:
-    return run_pipeline(lambda p: p | beam.Create(docs) | BuildShards(CFG, str(out / "shards")), workers,
+    return run_pipeline(lambda p: (p | beam.Create(docs) | BuildShards(CFG, str(out / "shards"))).counters, workers,
                         out / "counters.json")
 
 
@@ -131,7 +131,7 @@ def test_groups_with_enough_tokens_reach_the_padding_target(tmp_path):
     """Synthetic chunks at seq_len 16 and a 2e-3 target (min_group_tokens = 1000 * 16): the total is
     counted by a Combine, split into groups of >= min_group_tokens, and every group meets the target."""
     target = 2e-3
-    cfg = resolve({"phases": {"pretrain": {"seq_len": 16}}, "padding_target": target, "shard_tokens": 1 << 13})
+    cfg = pack_config({"phases": {"pretrain": {"seq_len": 16}}, "padding_target": target, "shard_tokens": 1 << 13})
     phase = next(p for p in phases(cfg) if p.name == "pretrain")
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(np.exp(rng.normal(1.6, 0.8, 6500))), 1, 16).astype(int)
@@ -148,3 +148,28 @@ def test_groups_with_enough_tokens_reach_the_padding_target(tmp_path):
     assert counters["pack/pretrain/tokens"] == lengths.sum() and counters["pack/pretrain/status:ok"] == 1
     meta = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert meta["padding_rate"] <= target and len(meta["shards"]) > 1
+
+
+def test_pack_stage_writes_a_drop_row_for_a_document_without_tokens(tmp_path):
+    """The pack stage's `no_tokens` drops are rows of OUT/dropped/pack like every stage's, and its
+    `out` counts the documents that went into the shards."""
+    from pipelines.stages import STAGES
+
+    docs = [{"id": "0" * 32, "url": "u", "warc_file": "f", "warc_offset": 0, "warc_date": "", "text": "",
+             "scores": {}},
+            {"id": "1" * 32, "url": "v", "warc_file": "f", "warc_offset": 1, "warc_date": "",
+             "text": "A sentence with some tokens in it.", "scores": {}}]
+    cfg = {"pack": {"phases": {"pretrain": {"seq_len": 64}}}}
+    out = tmp_path / "out.json"
+
+    def collect(rows):
+        out.write_text(json.dumps(rows, sort_keys=True, default=str))
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
+        _, drops, counters = STAGES["pack"].build(p, cfg, p | beam.Create(docs), str(tmp_path))
+        sums = counters | beam.CombinePerKey(sum) | "Dict" >> beam.combiners.ToDict()
+        ((drops | "Drops" >> beam.combiners.ToList(), sums) | beam.Flatten() | "Both" >> beam.combiners.ToList()
+         | beam.Map(collect))
+    drops_list, sums = sorted(json.loads(out.read_text()), key=lambda v: isinstance(v, dict))
+    assert [(d["id"], d["stage"], d["reason"]) for d in drops_list] == [("0" * 32, "pack", "no_tokens")]
+    assert sums["out"] == 1 and sums["tokenize/docs"] == 1

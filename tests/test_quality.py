@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import pathlib
 import pickle
 
 import pytest
 
-from filters.quality import QualityConfig, QualityFilter, normalize_lang, tokenize
+from filters.quality import FAMILIES, RULES, QualityConfig, QualityFilter, normalize_lang, tokenize
 
 # --------------------------------------------------------------------------------------
 # Documents
@@ -540,16 +542,659 @@ def test_quality_stage_removes_c4_policy_lines_first():
 
     text = "This site uses cookies to improve your experience.\nThe river survey started in spring.\n" \
            "Please enable JavaScript to view comments."
-    doc = {"id": "a", "text": text, "lang": "en", "scores": "{}"}
+    doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
     for enabled in (True, False):
-        stage = ApplyQualityRules({"c4_line_filter": enabled})
+        stage = ApplyQualityRules("quality", {"c4_line_filter": enabled})
         stage.setup()
         stage.start_bundle()
         outs = [o if isinstance(o, dict) else o.value for o in stage.process(doc)]
         assert len(outs) == 1  # kept or dropped, never both
-        scores = json.loads(outs[0]["scores"])
+        scores = dict(outs[0]["scores"])
         if enabled:
             assert outs[0]["text"] == "The river survey started in spring."
             assert scores["boilerplate_lines"] == 2
         else:
             assert outs[0]["text"] == text and "boilerplate_lines" not in scores
+
+
+# --------------------------------------------------------------------------------------
+# Oracle: outputs recorded from the implementation before the rule table refactor
+# --------------------------------------------------------------------------------------
+
+DATA_DIR = pathlib.Path(__file__).parent / "data" / "synthetic"
+
+XINHUA = ("匈牙利全国选举办公室5日深夜对99.91%的选票进行的统计结果显示，301.1万人参加了投票，占全国选民总数的37.48%。"
+          "其中191.9万人和103.3万人对第一个问题分别投了赞成票和反对票，占全国选民人数的23.87%和12.85%。"
+          "151.8万人和142.6万人对第二个问题分别投了赞成票和反对票，占全国选民人数的18.88%和17.75%。"
+          "根据匈牙利的有关法律，只有参加投票的人数超过全国选民总数的50%，或者对上述问题投赞成票或反对票的人数"
+          "超过全国选民总数的25%，公决结果才有效。这次公决结果无效，政府表示将尊重选举办公室公布的统计结果。")
+EVERY_FAMILY_BAD = REPEATED + "\n\nLorem ipsum { }\n" + "\n".join(["wait..."] * 30)
+GREEK = " ".join("alpha beta gamma delta epsilon zeta eta theta".split() * 2)
+
+_MODULE_CASES = [
+    ("EN_PASS", "en"), ("DE_PASS", "de"), ("ZH_PASS", "zh"), ("JA_PASS", "ja"), ("KO_PASS", "ko"),
+    ("RU_PASS", "ru"), ("ZH_LINES", "zh"), ("SHORT", "en"), ("SHORT_WORDS", "en"), ("HASHTAGS", "en"),
+    ("BULLETS", "en"), ("ELLIPSIS", "en"), ("NUMBERS", "en"), ("NO_STOP", "en"), ("NO_STOP", "sw"),
+    ("REPEATED", "en"), ("NEW_YORK", "en"), ("LOREM", "en"), ("CURLY", "en"), ("TWO_SENTENCES", "en"),
+    ("NO_PUNCT_LINES", "en"), ("SHORT_LINES", "en"), ("DUP_LINE", "en"), ("LIST_PAGE", "en"),
+    ("ZH_PASS", "en"), ("DE_PASS", "en"), ("JA_PASS", "__label__ja"), ("KO_PASS", "ko-KR"),
+    ("XINHUA", "zh"), ("XINHUA", "cmn_Hani"), ("EVERY_FAMILY_BAD", "en"), ("GREEK", "en"),
+]
+_LITERAL_CASES = {
+    "empty": ("", "en"),
+    "blank": (" \n\n ", "en"),
+    "dots": ("....", "en"),
+    "symbols": ("{ } # …", "en"),
+    "cat": ("the cat sat on the mat and the dog sat on the rug " * 3, "en"),
+    "zh_terminators": ("你好。我很好！真的吗？……好的", "zh"),
+    "pi": ("Pi is 3.14 and e is 2.72. Wait... Really?! \"Yes.\" (See above.)", "en"),
+    "ru_short": ("Это правда? Да! Конечно.", "ru"),
+    "hi_short": ("यह सच है। वह भी।", "hi"),
+    "no_punct": ("no terminal punctuation here", "en"),
+    "en_single_newlines": (EN_PASS.replace("\n\n", "\n"), "en"),
+}
+# rows of tests/data/synthetic/*.jsonl (human and machine text, en and de)
+_DATA_ROWS = {"asap_heldout": range(0, 80, 10), "llm_heldout": range(0, 24, 3), "mt_heldout": range(0, 24, 3)}
+
+
+def _oracle_cases() -> list[tuple[str, str, str]]:
+    """(case id, text, lang) for the recorded-output tests."""
+    cases = [(f"{name}/{lang}", globals()[name], lang) for name, lang in _MODULE_CASES]
+    cases += [(key, text, lang) for key, (text, lang) in _LITERAL_CASES.items()]
+    for fname, rows in _DATA_ROWS.items():
+        lines = (DATA_DIR / f"{fname}.jsonl").read_text(encoding="utf-8").splitlines()
+        for i in rows:
+            row = json.loads(lines[i])
+            cases.append((f"{fname}:{i}", row["text"], row["lang"]))
+    return cases
+
+
+def _values_digest(values: dict) -> str:
+    """Exact fingerprint of a measured-values dict: keys, order and every float bit."""
+    return hashlib.sha256(json.dumps(list(values.items())).encode()).hexdigest()[:16]
+
+
+ORACLE_VARIANT_CONFIG = {
+    "fineweb_line_punct_exclude_zero": True, "gopher_word_length_skip_langs": ["ja", "ko"],
+    "gopher_top_ngram_fracs": {"2": 0.05, "5": 0.1}, "gopher_dup_ngram_fracs": {"3": 0.02},
+    "gopher_min_stop_words": 5, "gopher_stop_words": {"en": ["The", "and"], "zh_Hans": ["的"]},
+    "c4_filter_curly_bracket": False, "c4_min_sentences": 6, "fineweb_short_line_thr": 0.2,
+    "fineweb_wide_char_width": 1, "gopher_hangul_length_in_jamo": False, "gopher_cjk_ngram_scale": 1,
+    "gopher_min_avg_word_length": 4.5, "gopher_max_avg_word_length": None, "fineweb_line_punct_thr": 0.5,
+    "gopher_dup_line_frac": 0.0, "fineweb_short_line_length": 60,
+}
+
+# case id -> ((failed reasons joined with ',', values digest) under QualityConfig(),
+#             (the same under ORACLE_VARIANT_CONFIG)); recorded from the implementation before
+#             the rule table refactor.
+ORACLE = {
+    "EN_PASS/en": (
+        ("", "b28f3aaf3cba26d3"),
+        ("", "a37ff5375c705cfc"),
+    ),
+    "DE_PASS/de": (
+        ("", "55132ec328190643"),
+        ("c4_too_few_sentences", "0fae81a2cf7d7041"),
+    ),
+    "ZH_PASS/zh": (
+        ("", "60d5c8226657891e"),
+        ("gopher_mean_word_length,gopher_stopwords,c4_too_few_sentences", "d7e994827b2f9c90"),
+    ),
+    "JA_PASS/ja": (
+        ("", "5d44d52c0f1e10dc"),
+        ("gopher_top_2gram,gopher_dup_3gram,c4_too_few_sentences", "710d9f7becefb870"),
+    ),
+    "KO_PASS/ko": (
+        ("", "8867b768de8389ee"),
+        ("", "b6da433675bf0ef4"),
+    ),
+    "RU_PASS/ru": (
+        ("", "3afd3b8897473d55"),
+        ("c4_too_few_sentences", "a5e1acea3b8d7197"),
+    ),
+    "ZH_LINES/zh": (
+        ("", "f088b849e81b3b25"),
+        ("gopher_mean_word_length,gopher_stopwords,fineweb_short_lines", "5efc3f861a7c30be"),
+    ),
+    "SHORT/en": (
+        ("gopher_too_few_words", "ae3e96d3c7026e01"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_stopwords,c4_too_few_sentences", "d74a4ac9f108d419"),
+    ),
+    "SHORT_WORDS/en": (
+        ("gopher_mean_word_length", "b19a96a0510042a2"),
+        ("gopher_mean_word_length", "0c109c912728f844"),
+    ),
+    "HASHTAGS/en": (
+        ("gopher_symbol_ratio", "c1cf14ed206402f2"),
+        ("gopher_symbol_ratio,c4_too_few_sentences", "f1ce7a35e1533ba9"),
+    ),
+    "BULLETS/en": (
+        ("gopher_bullet_lines", "31cb051753ce0893"),
+        ("gopher_bullet_lines,c4_too_few_sentences", "30d370942786ed74"),
+    ),
+    "ELLIPSIS/en": (
+        ("gopher_ellipsis_lines", "3de206fdeb755968"),
+        ("gopher_ellipsis_lines,c4_too_few_sentences", "e6c9cac8b757c271"),
+    ),
+    "NUMBERS/en": (
+        ("gopher_alpha_words", "463e1ad0dc31d403"),
+        ("gopher_alpha_words,c4_too_few_sentences", "0461dd5d075b2dd1"),
+    ),
+    "NO_STOP/en": (
+        ("gopher_stopwords", "9dcc3847c5cbe65c"),
+        ("gopher_stopwords,c4_too_few_sentences", "8323a191880f0cac"),
+    ),
+    "NO_STOP/sw": (
+        ("", "9dcc3847c5cbe65c"),
+        ("c4_too_few_sentences", "8323a191880f0cac"),
+    ),
+    "REPEATED/en": (
+        ("gopher_dup_lines,gopher_dup_paras,gopher_dup_line_chars,gopher_dup_para_chars,"
+         "gopher_top_4gram,gopher_dup_5gram,gopher_dup_6gram,gopher_dup_7gram,"
+         "gopher_dup_8gram,gopher_dup_9gram,gopher_dup_10gram,fineweb_dup_line_chars", "0eb8dc3bc23adaa6"),
+        ("gopher_dup_lines,gopher_dup_paras,gopher_dup_line_chars,gopher_dup_para_chars,"
+         "gopher_top_2gram,gopher_top_5gram,gopher_dup_3gram,c4_too_few_sentences,"
+         "fineweb_dup_line_chars", "fe01619b93c9239f"),
+    ),
+    "NEW_YORK/en": (
+        ("gopher_top_2gram", "8e06bae5052a89f4"),
+        ("gopher_mean_word_length,gopher_stopwords,gopher_top_2gram,gopher_dup_3gram,"
+         "c4_too_few_sentences", "553385a630d6be9f"),
+    ),
+    "LOREM/en": (
+        ("c4_lorem_ipsum", "d9892a55d96a99f5"),
+        ("gopher_stopwords,c4_lorem_ipsum,c4_too_few_sentences", "4a779c6c437a5316"),
+    ),
+    "CURLY/en": (
+        ("c4_curly_bracket", "1a8b899a9c564a7c"),
+        ("gopher_mean_word_length,c4_too_few_sentences", "928b4f97bd00c435"),
+    ),
+    "TWO_SENTENCES/en": (
+        ("c4_too_few_sentences", "46ffdd6a687ab771"),
+        ("c4_too_few_sentences", "6292b87364b2a14e"),
+    ),
+    "NO_PUNCT_LINES/en": (
+        ("fineweb_line_punct", "3b803c59f4579415"),
+        ("c4_too_few_sentences", "58e893da3ac2debd"),
+    ),
+    "SHORT_LINES/en": (
+        ("fineweb_short_lines", "1bc252774d8f97e0"),
+        ("gopher_mean_word_length,fineweb_short_lines", "59ccafa549fc3114"),
+    ),
+    "DUP_LINE/en": (
+        ("fineweb_dup_line_chars", "041d8e34cf8916d4"),
+        ("gopher_dup_lines,gopher_dup_3gram,c4_too_few_sentences,fineweb_short_lines,"
+         "fineweb_dup_line_chars", "dbb928c7a2f451b6"),
+    ),
+    "LIST_PAGE/en": (
+        ("fineweb_newline_ratio", "947315c3e91d8dc8"),
+        ("gopher_stopwords,fineweb_short_lines,fineweb_newline_ratio", "cc3d2253d3e87a0e"),
+    ),
+    "ZH_PASS/en": (
+        ("gopher_mean_word_length,gopher_stopwords", "67373a1b893cf08e"),
+        ("gopher_mean_word_length,gopher_stopwords,c4_too_few_sentences", "e88656a471956461"),
+    ),
+    "DE_PASS/en": (
+        ("gopher_stopwords", "94c7001109a92931"),
+        ("gopher_stopwords,c4_too_few_sentences", "0fae81a2cf7d7041"),
+    ),
+    "JA_PASS/__label__ja": (
+        ("", "5d44d52c0f1e10dc"),
+        ("gopher_top_2gram,gopher_dup_3gram,c4_too_few_sentences", "710d9f7becefb870"),
+    ),
+    "KO_PASS/ko-KR": (
+        ("", "8867b768de8389ee"),
+        ("", "b6da433675bf0ef4"),
+    ),
+    "XINHUA/zh": (
+        ("gopher_dup_6gram", "a20801791bc5505d"),
+        ("gopher_mean_word_length,gopher_dup_3gram,c4_too_few_sentences", "e547b8479c4a6f06"),
+    ),
+    "XINHUA/cmn_Hani": (
+        ("gopher_dup_6gram", "a20801791bc5505d"),
+        ("gopher_mean_word_length,gopher_dup_3gram,c4_too_few_sentences", "e547b8479c4a6f06"),
+    ),
+    "EVERY_FAMILY_BAD/en": (
+        ("gopher_symbol_ratio,gopher_ellipsis_lines,gopher_dup_lines,gopher_dup_paras,"
+         "gopher_dup_line_chars,gopher_dup_para_chars,gopher_top_2gram,gopher_top_3gram,"
+         "gopher_top_4gram,gopher_dup_5gram,gopher_dup_6gram,gopher_dup_7gram,"
+         "gopher_dup_8gram,gopher_dup_9gram,gopher_dup_10gram,c4_lorem_ipsum,c4_curly_bracket,"
+         "fineweb_short_lines,fineweb_dup_line_chars", "383ba958abbb53cc"),
+        ("gopher_symbol_ratio,gopher_ellipsis_lines,gopher_dup_lines,gopher_dup_paras,"
+         "gopher_dup_line_chars,gopher_dup_para_chars,gopher_top_2gram,gopher_top_5gram,"
+         "gopher_dup_3gram,c4_lorem_ipsum,c4_too_few_sentences,fineweb_short_lines,"
+         "fineweb_dup_line_chars", "1cafd37f6bff32a1"),
+    ),
+    "GREEK/en": (
+        ("gopher_too_few_words,gopher_stopwords,gopher_top_2gram,gopher_top_3gram,"
+         "gopher_top_4gram,gopher_dup_5gram,gopher_dup_6gram,gopher_dup_7gram,"
+         "gopher_dup_8gram,c4_too_few_sentences,fineweb_line_punct", "236cd4e5dcbabdeb"),
+        ("gopher_too_few_words,gopher_stopwords,gopher_top_2gram,gopher_top_5gram,"
+         "gopher_dup_3gram,c4_too_few_sentences", "4945e899c9470013"),
+    ),
+    "empty": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords,"
+         "c4_too_few_sentences,fineweb_line_punct", "0cb63fb952c6a0e2"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords,"
+         "c4_too_few_sentences", "c3fc73e3566b6a38"),
+    ),
+    "blank": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords,"
+         "c4_too_few_sentences,fineweb_line_punct", "0cb63fb952c6a0e2"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords,"
+         "c4_too_few_sentences", "c3fc73e3566b6a38"),
+    ),
+    "dots": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_ellipsis_lines,"
+         "gopher_alpha_words,gopher_stopwords,c4_too_few_sentences,fineweb_short_lines", "9a362930ec4d0b8e"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_ellipsis_lines,"
+         "gopher_alpha_words,gopher_stopwords,c4_too_few_sentences,fineweb_short_lines", "8d3d04df8db9a5d7"),
+    ),
+    "symbols": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_ellipsis_lines,"
+         "gopher_alpha_words,gopher_stopwords,c4_curly_bracket,c4_too_few_sentences,"
+         "fineweb_line_punct,fineweb_short_lines", "8229e5566ef0d6af"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_ellipsis_lines,"
+         "gopher_alpha_words,gopher_stopwords,c4_too_few_sentences,fineweb_short_lines", "a9761d223b370e72"),
+    ),
+    "cat": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_top_2gram,gopher_top_3gram,"
+         "gopher_top_4gram,gopher_dup_5gram,gopher_dup_6gram,gopher_dup_7gram,"
+         "gopher_dup_8gram,gopher_dup_9gram,gopher_dup_10gram,c4_too_few_sentences,"
+         "fineweb_line_punct", "2aa1a905f4005b94"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_top_2gram,gopher_top_5gram,"
+         "gopher_dup_3gram,c4_too_few_sentences", "7b9af659e6b00944"),
+    ),
+    "zh_terminators": (
+        ("gopher_too_few_words,fineweb_line_punct,fineweb_short_lines", "0d28630c1558a9c7"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_stopwords,c4_too_few_sentences,"
+         "fineweb_short_lines", "83132a0259d26df0"),
+    ),
+    "pi": (
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords", "6724659b43565df7"),
+        ("gopher_too_few_words,gopher_mean_word_length,gopher_alpha_words,gopher_stopwords,"
+         "c4_too_few_sentences", "b90a65bca185dd42"),
+    ),
+    "ru_short": (
+        ("gopher_too_few_words,gopher_stopwords,fineweb_short_lines", "6b5af3c4213a5601"),
+        ("gopher_too_few_words,c4_too_few_sentences,fineweb_short_lines", "9528d44659d9703f"),
+    ),
+    "hi_short": (
+        ("gopher_too_few_words,gopher_mean_word_length,c4_too_few_sentences,"
+         "fineweb_short_lines", "fdc2646a62e87b03"),
+        ("gopher_too_few_words,gopher_mean_word_length,c4_too_few_sentences,"
+         "fineweb_short_lines", "8e1c9457c1dc3630"),
+    ),
+    "no_punct": (
+        ("gopher_too_few_words,gopher_stopwords,c4_too_few_sentences,fineweb_line_punct,"
+         "fineweb_short_lines", "1f4027ed00c29095"),
+        ("gopher_too_few_words,gopher_stopwords,c4_too_few_sentences,fineweb_short_lines", "8a514ae9e969acff"),
+    ),
+    "en_single_newlines": (
+        ("", "b28f3aaf3cba26d3"),
+        ("", "a37ff5375c705cfc"),
+    ),
+    "asap_heldout:0": (
+        ("", "76d8481fd69774a4"),
+        ("", "954eed02874ba5ee"),
+    ),
+    "asap_heldout:10": (
+        ("", "35e5dfc6770b02ef"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "d1a2b6decba687a6"),
+    ),
+    "asap_heldout:20": (
+        ("fineweb_line_punct", "8442b0b2d05846d6"),
+        ("gopher_dup_3gram", "f3d31cf39cd6d5da"),
+    ),
+    "asap_heldout:30": (
+        ("", "db6e248439c8078c"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "bd7c282ce8dabacc"),
+    ),
+    "asap_heldout:40": (
+        ("fineweb_line_punct", "f0ddd9a133684ef7"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "eeb8c6fadbd55bea"),
+    ),
+    "asap_heldout:50": (
+        ("", "fdeb57da8f5fcf9a"),
+        ("gopher_mean_word_length", "982f96797f4dc6d2"),
+    ),
+    "asap_heldout:60": (
+        ("", "7668aa5cdd72f74f"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "5bd7d76a98e5b12b"),
+    ),
+    "asap_heldout:70": (
+        ("fineweb_line_punct", "032e39af669f8aa5"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "b97f579f6f78b363"),
+    ),
+    "llm_heldout:0": (
+        ("", "3baaefd83227c7f5"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "32e7e9dc006b03ef"),
+    ),
+    "llm_heldout:3": (
+        ("", "82ecb2f1a054d0f8"),
+        ("c4_too_few_sentences", "e20aee5831bda787"),
+    ),
+    "llm_heldout:6": (
+        ("", "9172fcbabf4a7665"),
+        ("gopher_mean_word_length", "286aca4edce1250a"),
+    ),
+    "llm_heldout:9": (
+        ("", "e178fc7dee514ef0"),
+        ("gopher_mean_word_length,gopher_dup_3gram", "f42063c98abdad11"),
+    ),
+    "llm_heldout:12": (
+        ("", "6f63cbb05f853106"),
+        ("c4_too_few_sentences", "52f9cd1e56dc88c7"),
+    ),
+    "llm_heldout:15": (
+        ("", "ae66f01ee90f37a7"),
+        ("", "1b828abd12a48a1b"),
+    ),
+    "llm_heldout:18": (
+        ("", "ea8e3420091b7877"),
+        ("c4_too_few_sentences", "954c77a3165f4920"),
+    ),
+    "llm_heldout:21": (
+        ("", "55bc585fe7ebf8fc"),
+        ("c4_too_few_sentences", "f262e480009761e7"),
+    ),
+    "mt_heldout:0": (
+        ("", "55f66769f3b92bb2"),
+        ("", "aaa7f7585b5e23f7"),
+    ),
+    "mt_heldout:3": (
+        ("", "b55fd60368b3fa52"),
+        ("gopher_dup_3gram", "78539d3e19cd8b4d"),
+    ),
+    "mt_heldout:6": (
+        ("", "02e6a08504a371aa"),
+        ("c4_too_few_sentences", "286ed20c7c99205c"),
+    ),
+    "mt_heldout:9": (
+        ("", "849f4e696d6679f9"),
+        ("gopher_top_2gram", "b6d7c6eb682eb624"),
+    ),
+    "mt_heldout:12": (
+        ("", "70cad7d511437cf5"),
+        ("gopher_mean_word_length,gopher_stopwords,c4_too_few_sentences", "0926217ff23666dd"),
+    ),
+    "mt_heldout:15": (
+        ("", "188edee4b0287ef3"),
+        ("gopher_mean_word_length", "ec2223b24fcf814d"),
+    ),
+    "mt_heldout:18": (
+        ("", "f8ba527c68222c54"),
+        ("", "5b31e85440b07717"),
+    ),
+    "mt_heldout:21": (
+        ("", "82ecb2f1a054d0f8"),
+        ("c4_too_few_sentences", "e20aee5831bda787"),
+    ),
+}
+DEFAULT_REASON_CODES = [
+    "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_length", "gopher_symbol_ratio",
+    "gopher_bullet_lines", "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stopwords",
+    "gopher_dup_lines", "gopher_dup_paras", "gopher_dup_line_chars", "gopher_dup_para_chars",
+    "gopher_top_2gram", "gopher_top_3gram", "gopher_top_4gram", "gopher_dup_5gram", "gopher_dup_6gram",
+    "gopher_dup_7gram", "gopher_dup_8gram", "gopher_dup_9gram", "gopher_dup_10gram", "c4_lorem_ipsum",
+    "c4_curly_bracket", "c4_too_few_sentences", "fineweb_line_punct", "fineweb_short_lines",
+    "fineweb_dup_line_chars", "fineweb_newline_ratio",
+]
+DEFAULT_VALUE_KEYS = [
+    "gopher_word_count", "gopher_mean_word_length", "gopher_symbol_word_ratio",
+    "gopher_bullet_line_ratio", "gopher_ellipsis_line_ratio", "gopher_alpha_word_ratio",
+    "gopher_stopword_count", "gopher_dup_line_frac", "gopher_dup_para_frac",
+    "gopher_dup_line_char_frac", "gopher_dup_para_char_frac", "gopher_top_2gram_frac",
+    "gopher_top_3gram_frac", "gopher_top_4gram_frac", "gopher_dup_5gram_frac", "gopher_dup_6gram_frac",
+    "gopher_dup_7gram_frac", "gopher_dup_8gram_frac", "gopher_dup_9gram_frac", "gopher_dup_10gram_frac",
+    "c4_lorem_ipsum", "c4_curly_bracket", "c4_sentence_count", "fineweb_line_punct_ratio",
+    "fineweb_short_line_ratio", "fineweb_dup_line_char_ratio", "fineweb_newline_word_ratio",
+]
+VARIANT_REASON_CODES = [
+    "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_length", "gopher_symbol_ratio",
+    "gopher_bullet_lines", "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stopwords",
+    "gopher_dup_lines", "gopher_dup_paras", "gopher_dup_line_chars", "gopher_dup_para_chars",
+    "gopher_top_2gram", "gopher_top_5gram", "gopher_dup_3gram", "c4_lorem_ipsum", "c4_curly_bracket",
+    "c4_too_few_sentences", "fineweb_line_punct", "fineweb_short_lines", "fineweb_dup_line_chars",
+    "fineweb_newline_ratio",
+]
+VARIANT_VALUE_KEYS = [
+    "gopher_word_count", "gopher_mean_word_length", "gopher_symbol_word_ratio",
+    "gopher_bullet_line_ratio", "gopher_ellipsis_line_ratio", "gopher_alpha_word_ratio",
+    "gopher_stopword_count", "gopher_dup_line_frac", "gopher_dup_para_frac",
+    "gopher_dup_line_char_frac", "gopher_dup_para_char_frac", "gopher_top_2gram_frac",
+    "gopher_top_5gram_frac", "gopher_dup_3gram_frac", "c4_lorem_ipsum", "c4_curly_bracket",
+    "c4_sentence_count", "fineweb_line_punct_ratio", "fineweb_short_line_ratio",
+    "fineweb_dup_line_char_ratio", "fineweb_newline_word_ratio",
+]
+
+
+@pytest.mark.parametrize("case", [c for c, _, _ in _oracle_cases()])
+def test_outputs_match_recorded_oracle(case):
+    text, lang = {c: (t, l) for c, t, l in _oracle_cases()}[case]
+    for config, (reasons, digest) in zip(
+        (QualityConfig(), QualityConfig.from_dict(ORACLE_VARIANT_CONFIG)), ORACLE[case]
+    ):
+        got_reasons, got_values = QualityFilter(config)(text, lang)
+        assert ",".join(got_reasons) == reasons
+        assert _values_digest(got_values) == digest, got_values
+
+
+def test_oracle_covers_every_reason_code():
+    seen = {r for entry in ORACLE.values() for reasons, _ in entry for r in reasons.split(",") if r}
+    assert set(DEFAULT_REASON_CODES) <= seen | {"gopher_too_many_words"}
+    assert len(ORACLE) == len(_oracle_cases()) >= 50
+
+
+def test_reason_codes_and_value_keys_are_the_recorded_lists():
+    qf = QualityFilter(QualityConfig())
+    assert qf.reason_codes == DEFAULT_REASON_CODES
+    assert qf.value_keys == DEFAULT_VALUE_KEYS == EXPECTED_KEYS
+    variant = QualityFilter(QualityConfig.from_dict(ORACLE_VARIANT_CONFIG))
+    assert variant.reason_codes == VARIANT_REASON_CODES
+    assert variant.value_keys == VARIANT_VALUE_KEYS
+
+
+# ---- reference: the per-family checks as written before the rule table ----------------
+
+
+def _reference_check(c: QualityConfig, v: dict, lang: str) -> list[str]:
+    """The hand-written checks the rule table replaced, kept as an independent oracle."""
+    lang = normalize_lang(lang)
+    stop = dict(c.gopher_stop_words)
+    skip = set(c.gopher_word_length_skip_langs)
+
+    def gt(value, thr):
+        return thr is not None and value > thr
+
+    out = []
+    if c.gopher_quality:
+        n = v["gopher_word_count"]
+        if c.gopher_min_doc_words is not None and n < c.gopher_min_doc_words:
+            out.append("gopher_too_few_words")
+        if c.gopher_max_doc_words is not None and n > c.gopher_max_doc_words:
+            out.append("gopher_too_many_words")
+        if lang not in skip:
+            m = v["gopher_mean_word_length"]
+            if (c.gopher_min_avg_word_length is not None and m < c.gopher_min_avg_word_length) or (
+                c.gopher_max_avg_word_length is not None and m > c.gopher_max_avg_word_length
+            ):
+                out.append("gopher_mean_word_length")
+        if gt(v["gopher_symbol_word_ratio"], c.gopher_max_symbol_word_ratio):
+            out.append("gopher_symbol_ratio")
+        if gt(v["gopher_bullet_line_ratio"], c.gopher_max_bullet_lines_ratio):
+            out.append("gopher_bullet_lines")
+        if gt(v["gopher_ellipsis_line_ratio"], c.gopher_max_ellipsis_lines_ratio):
+            out.append("gopher_ellipsis_lines")
+        if c.gopher_min_alpha_words_ratio is not None and v["gopher_alpha_word_ratio"] < c.gopher_min_alpha_words_ratio:
+            out.append("gopher_alpha_words")
+        if c.gopher_min_stop_words is not None and lang in stop and v["gopher_stopword_count"] < c.gopher_min_stop_words:
+            out.append("gopher_stopwords")
+    if c.gopher_repetition:
+        for key, field, code in (
+            ("gopher_dup_line_frac", "gopher_dup_line_frac", "gopher_dup_lines"),
+            ("gopher_dup_para_frac", "gopher_dup_para_frac", "gopher_dup_paras"),
+            ("gopher_dup_line_char_frac", "gopher_dup_line_char_frac", "gopher_dup_line_chars"),
+            ("gopher_dup_para_char_frac", "gopher_dup_para_char_frac", "gopher_dup_para_chars"),
+        ):
+            if gt(v[key], getattr(c, field)):
+                out.append(code)
+        for n, thr in c.gopher_top_ngram_fracs:
+            if v[f"gopher_top_{n}gram_frac"] > thr:
+                out.append(f"gopher_top_{n}gram")
+        for n, thr in c.gopher_dup_ngram_fracs:
+            if v[f"gopher_dup_{n}gram_frac"] > thr:
+                out.append(f"gopher_dup_{n}gram")
+    if c.c4:
+        if c.c4_filter_lorem_ipsum and v["c4_lorem_ipsum"] > 0:
+            out.append("c4_lorem_ipsum")
+        if c.c4_filter_curly_bracket and v["c4_curly_bracket"] > 0:
+            out.append("c4_curly_bracket")
+        if c.c4_min_sentences is not None and v["c4_sentence_count"] < c.c4_min_sentences:
+            out.append("c4_too_few_sentences")
+    if c.fineweb:
+        r = v["fineweb_line_punct_ratio"]
+        if c.fineweb_line_punct_thr is not None and r <= c.fineweb_line_punct_thr and not (
+            r == 0 and c.fineweb_line_punct_exclude_zero
+        ):
+            out.append("fineweb_line_punct")
+        if c.fineweb_short_line_thr is not None and v["fineweb_short_line_ratio"] >= c.fineweb_short_line_thr:
+            out.append("fineweb_short_lines")
+        if c.fineweb_char_duplicates_ratio is not None and v["fineweb_dup_line_char_ratio"] >= c.fineweb_char_duplicates_ratio:
+            out.append("fineweb_dup_line_chars")
+        if gt(v["fineweb_newline_word_ratio"], c.fineweb_new_line_ratio):
+            out.append("fineweb_newline_ratio")
+    return out
+
+
+def _thresholds_at(values: dict) -> dict:
+    """A config whose every threshold equals the measured value: separates < from <=."""
+    d = {}
+    for rule in RULES:
+        if rule.kind == "threshold":
+            v = values[rule.value]
+            d[rule.field] = int(v) if isinstance(rule.default, int) else v
+        elif rule.kind == "per_n":
+            d[rule.field] = {n: values[rule.value.format(n=n)] for n, _ in rule.default}
+    return d
+
+
+@pytest.mark.parametrize("case", [c for c, _, _ in _oracle_cases()])
+def test_check_matches_the_hand_written_reference(case):
+    text, lang = {c: (t, l) for c, t, l in _oracle_cases()}[case]
+    values = QualityFilter(QualityConfig()).measure(text, lang)
+    at = _thresholds_at(values)
+    configs = [
+        {}, ORACLE_VARIANT_CONFIG, at, {**at, "fineweb_line_punct_exclude_zero": True},
+        {**at, "gopher_word_length_skip_langs": [], "gopher_stop_words": {}},
+        {r.field: None for r in RULES if r.kind == "threshold"},
+        {"c4_filter_lorem_ipsum": False, "c4_filter_curly_bracket": False, "gopher_top_ngram_fracs": {},
+         "gopher_dup_ngram_fracs": {}},
+        {r.field: 0 for r in RULES if r.kind == "threshold"},
+    ]
+    for d in configs:
+        config = QualityConfig.from_dict(d)
+        qf = QualityFilter(config)
+        v = qf.measure(text, lang)
+        for check_lang in (lang, "en", "zh", "xx"):
+            assert qf.check(v, check_lang) == _reference_check(config, v, check_lang), (d, check_lang)
+
+
+# ---- the rule table and the generated config ----------------------------------------
+
+_SETTINGS = {  # the config fields that are not a rule threshold
+    "c4_line_filter", "gopher_quality", "gopher_repetition", "c4", "fineweb", "gopher_stop_words",
+    "gopher_word_length_skip_langs", "gopher_hangul_length_in_jamo", "gopher_cjk_ngram_scale",
+    "fineweb_line_punct_exclude_zero", "fineweb_short_line_length", "fineweb_wide_char_width",
+}
+
+
+def test_every_rule_field_is_a_config_field_with_the_rules_default():
+    fields = QualityConfig.model_fields
+    default = QualityConfig()
+    assert len({r.field for r in RULES}) == len(RULES)  # one rule per threshold
+    assert set(fields) == {r.field for r in RULES} | _SETTINGS
+    for rule in RULES:
+        assert rule.field in fields, rule
+        assert fields[rule.field].default == rule.default, rule
+        assert getattr(default, rule.field) == rule.default, rule
+        assert type(getattr(default, rule.field)) is type(rule.default), rule
+        assert rule.source in fields[rule.field].description and rule.reason in fields[rule.field].description
+        assert rule.fails in ("<", "<=", ">", ">=") and rule.family in FAMILIES
+        assert rule.family in fields and fields[rule.family].default is True  # the family switch
+        assert rule.source.count("datatrove") >= 1 and rule.source.split()[0] in ("Rae", "Raffel", "Penedo")
+    for name in _SETTINGS:
+        assert fields[name].description, name
+
+
+def test_rule_table_follows_datatrove_comparisons():
+    by_field = {r.field: r for r in RULES}
+    # the FineWeb comparisons are datatrove's own: <=, >=, >=, >
+    assert [by_field[f].fails for f in ("fineweb_line_punct_thr", "fineweb_short_line_thr",
+                                        "fineweb_char_duplicates_ratio", "fineweb_new_line_ratio")] == [
+        "<=", ">=", ">=", ">"]
+    for rule in RULES:  # the cited code's comparison is quoted (switches: "... in line")
+        assert (f" {rule.fails} " if rule.kind != "switch" else "' in line") in rule.source, rule
+    # the two mean-word-length bounds share one reason; the per-n families expand from the config
+    assert [r.field for r in RULES if r.reason == "gopher_mean_word_length"] == [
+        "gopher_min_avg_word_length", "gopher_max_avg_word_length"]
+    assert {r.kind for r in RULES} == {"threshold", "per_n", "switch"}
+    assert [r.when for r in RULES if r.when] == ["spaced_script", "spaced_script", "stop_word_list", "line_punct_zero"]
+
+
+def test_rules_can_be_listed_with_thresholds():
+    c = QualityConfig()
+    rows = [(reason, f"{key} {rule.fails} {thr}", rule.source)
+            for rule in RULES for reason, key, thr in rule.expand(c)]
+    assert rows[0][:2] == ("gopher_too_few_words", "gopher_word_count < 50")
+    assert ("gopher_top_3gram", "gopher_top_3gram_frac > 0.18") in [r[:2] for r in rows]
+    assert ("c4_lorem_ipsum", "c4_lorem_ipsum > 0") in [r[:2] for r in rows]
+    assert list(dict.fromkeys(r for r, _, _ in rows)) == DEFAULT_REASON_CODES
+
+
+def test_config_is_frozen_hashable_picklable_and_round_trips():
+    c = QualityConfig.from_dict(ORACLE_VARIANT_CONFIG)
+    assert pickle.loads(pickle.dumps(c)) == c and hash(pickle.loads(pickle.dumps(c))) == hash(c)
+    assert QualityConfig.from_dict(c.to_dict()) == c
+    assert QualityConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # YAML/JSON string keys
+    assert {QualityConfig(), QualityConfig.from_dict({})} == {QualityConfig()}
+    assert QualityConfig(gopher_max_doc_words=100) != QualityConfig()
+    with pytest.raises(ValueError):
+        c.gopher_min_doc_words = 3
+    assert QualityConfig(gopher_min_doc_words=50.0).gopher_min_doc_words == 50
+    assert type(QualityConfig(gopher_min_doc_words=50.0).gopher_min_doc_words) is int
+    assert c.gopher_stop_words == (("en", ("and", "the")), ("zh", ("的",)))
+    assert c.gopher_top_ngram_fracs == ((2, 0.05), (5, 0.1)) and c.gopher_word_length_skip_langs == ("ja", "ko")
+    clone = pickle.loads(pickle.dumps(QualityFilter(c)))
+    assert clone(EVERY_FAMILY_BAD, "en") == QualityFilter(c)(EVERY_FAMILY_BAD, "en")
+
+
+@pytest.mark.parametrize(
+    "field,bad",
+    [
+        ("gopher_min_doc_words", -1), ("gopher_min_doc_words", 2.5), ("gopher_min_doc_words", "50"),
+        ("gopher_min_doc_words", True), ("gopher_max_symbol_word_ratio", float("nan")),
+        ("gopher_max_symbol_word_ratio", float("inf")), ("fineweb_line_punct_thr", "0.1"),
+        ("c4_min_sentences", [3]), ("c4", "yes"), ("c4_filter_lorem_ipsum", 1),
+        ("fineweb_line_punct_exclude_zero", None), ("gopher_hangul_length_in_jamo", "false"),
+        ("fineweb_wide_char_width", 0), ("fineweb_wide_char_width", None), ("fineweb_short_line_length", -3),
+        ("gopher_cjk_ngram_scale", 1.5), ("gopher_top_ngram_fracs", {"x": 0.1}), ("gopher_top_ngram_fracs", {"2.0": 0.1}),
+        ("gopher_top_ngram_fracs", {0: 0.1}), ("gopher_dup_ngram_fracs", {5: -0.1}), ("gopher_dup_ngram_fracs", {5: True}),
+        ("gopher_dup_ngram_fracs", 0.1), ("gopher_stop_words", {"en": "the"}), ("gopher_stop_words", {"en": [1]}),
+        ("gopher_stop_words", ["en"]), ("gopher_word_length_skip_langs", "zh"), ("gopher_word_length_skip_langs", [1]),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(field, bad):
+    with pytest.raises(ValueError, match=field):
+        QualityConfig.from_dict({field: bad})
+    with pytest.raises(ValueError, match=field):
+        QualityConfig(**{field: bad})
+
+
+def test_unknown_keys_are_refused_by_constructor_and_from_dict():
+    with pytest.raises(ValueError, match="gopher_min_words"):
+        QualityConfig(gopher_min_words=10)
+    with pytest.raises(ValueError, match="valid keys"):
+        QualityConfig.from_dict({"gopher_min_words": 10})
+    with pytest.raises(ValueError, match="mapping"):
+        QualityConfig.from_dict([("c4", False)])

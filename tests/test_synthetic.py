@@ -195,3 +195,79 @@ def test_style_features_follow_their_definitions():
     assert h["contractions"] > 0 == c["contractions"] and h["first_person"] > 0 and h["digits"] > 0
     assert h["quotes"] > 0 and h["parens"] > 0 and h["exclaim_question"] > 0
     assert all(v == v for v in style_features("") + style_features("..."))  # no NaN on empty input
+
+
+def _newton_logreg(X, y, l2=1.0, iters=50):
+    """Oracle: the hand-written Newton fit the scipy one replaced (L2, standardized features)."""
+    import numpy as np
+
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    Z = np.hstack([np.ones((len(X), 1)), (X - X.mean(0)) / (X.std(0) + 1e-9)])
+    w = np.zeros(Z.shape[1])
+    reg = np.eye(Z.shape[1]) * l2
+    reg[0, 0] = 0
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-np.clip(Z @ w, -30, 30)))
+        step = np.linalg.solve(Z.T @ (Z * (p * (1 - p))[:, None]) + reg, Z.T @ (p - y) + reg @ w)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def _newton_logistic_1d(x, y, iters=50):
+    """Oracle: the hand-written Newton fit of sigmoid(a*x + b) the scipy one replaced."""
+    import numpy as np
+
+    X = np.c_[np.asarray(x, float), np.ones(len(x))]
+    y = np.asarray(y, float)
+    w = np.zeros(2)
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-np.clip(X @ w, -30, 30)))
+        step = np.linalg.solve(X.T @ (X * (p * (1 - p))[:, None]) + 1e-6 * np.eye(2), X.T @ (p - y))
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return w
+
+
+def test_logistic_fits_match_the_newton_oracle():
+    """scipy's L-BFGS-B reaches the optimum Newton's method found, to 1e-6, on the heads' shapes:
+    the stacker (fastText logit + statistics), the style head, and the 1-d LM head (near-separable too)."""
+    import numpy as np
+
+    from filters.logistic import fit_logistic_1d, fit_logreg
+    from filters.synthetic import STYLE_NAMES
+
+    rng = np.random.default_rng(0)
+    for n, k, l2 in [(2400, len(STYLE_NAMES), 1.0), (900, len(T.STACK_NAMES), 1.0), (300, 3, 0.01), (120, 5, 10.0)]:
+        X = rng.normal(size=(n, k)) * rng.uniform(0.1, 50, size=k) + rng.normal(size=k) * 10
+        true = rng.normal(size=k) * 1.5
+        y = (rng.random(n) < 1 / (1 + np.exp(-((X - X.mean(0)) / X.std(0)) @ true))).astype(int)
+        head = fit_logreg(X, y, names=[f"f{i}" for i in range(k)], l2=l2)
+        oracle = _newton_logreg(X, y, l2)
+        assert abs(head["bias"] - oracle[0]) < 1e-6 and np.abs(np.subtract(head["coef"], oracle[1:])).max() < 1e-6
+        assert head["features"] == [f"f{i}" for i in range(k)] and len(head["mean"]) == len(head["std"]) == k
+    for n, slope, shift in [(300, 1.0, 0.0), (300, -3.0, 2.0), (60, 6.0, 3.0), (16, 0.5, -1.0)]:
+        x = rng.normal(size=n) * 0.7 + shift
+        y = (rng.random(n) < 1 / (1 + np.exp(-slope * (x - shift)))).astype(int)
+        assert np.abs(np.subtract(fit_logistic_1d(x, y), _newton_logistic_1d(x, y))).max() < 1e-6
+    a, b = fit_logistic_1d([1, 2, 3, 4], [0, 0, 1, 1])  # separable: no optimum, still finite, right sign
+    assert np.isfinite([a, b]).all() and a > 0 and a * 2 + b < 0 < a * 3 + b
+    assert fit_logistic_1d([], []) == (0.0, 0.0)
+
+
+def test_roc_auc_is_the_pairwise_probability_with_half_ties():
+    import math
+
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 300)
+    s = np.round(rng.random(300) + 0.3 * y, 1)  # coarse scores: many ties
+    pos, neg = s[y == 1], s[y == 0]
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    pairwise = wins / (len(pos) * len(neg))
+    assert T.roc_auc(y, s) == pytest.approx(pairwise, abs=1e-12)
+    assert T.roc_auc([0, 1], [0.5, 0.5]) == 0.5 and T.roc_auc([1, 0, 1], [0.9, 0.1, 0.8]) == 1.0
+    assert math.isnan(T.roc_auc([1, 1], [0.2, 0.3])) and math.isnan(T.roc_auc([], []))

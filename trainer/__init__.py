@@ -1,5 +1,5 @@
-"""The pretraining stage (SPEC.md §2, issue #7): a small decoder-only transformer trained on the packed
-shards with the tiered optimizers.
+"""The pretraining stage, after the DeepSeek-V4.1 report §4.2.2 (training settings), scaled down: a small
+decoder-only transformer trained on the packed shards with the tiered optimizers.
 
     trainer.optim     Muon / head-wise Muon / AdamW / Sinkhorn tiers: build_optimizer(model, config)
     trainer.schedule  TokenSchedule: warmup by step, constant / cosine to 0.1x / constant by tokens,

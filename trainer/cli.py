@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--d-ff", type=int, default=DEFAULTS.d_ff, help="SwiGLU hidden size (default 8/3 d_model, x64)")
     p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="peak lr of every tier")
     p.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
-                   help="spec warmup; scaled to min(this, ceil(1%% of steps))")
+                   help="warmup steps of the full-size run (2,000); scaled to min(this, ceil(1%% of steps))")
     p.add_argument("--tokens", type=float, default=None,
                    help="token budget of the schedule (default: planned from --steps)")
     p.add_argument("--checkpoint", default=None, help="checkpoint folder")

@@ -46,14 +46,17 @@ import torch
 
 from packing.shards import open_shards, read_manifest
 
-__all__ = ["Phase", "find_phases", "is_held_out", "PhaseStream", "make_batch", "eval_rows", "VocabMap",
+__all__ = ["PhaseShards", "find_phases", "is_held_out", "PhaseStream", "make_batch", "eval_rows", "VocabMap",
            "token_byte_lengths", "resolve_tokenizer"]
 
 IGNORE = -100
 
 
 @dataclass
-class Phase:
+class PhaseShards:
+    """One phase's folder of packed shards, as its manifest.json describes it (what the trainer reads;
+    not `packing.phases.Phase`, the phase's packing settings)."""
+
     name: str
     directory: str
     seq_len: int
@@ -66,7 +69,7 @@ class Phase:
         return self.tokens / self.sequences if self.sequences else 0.0
 
 
-def find_phases(directory: str) -> dict[str, Phase]:
+def find_phases(directory: str) -> dict[str, PhaseShards]:
     """Phases under `directory` with at least one sequence, by name (pretrain first)."""
     directory = os.path.abspath(directory)
     if os.path.isfile(os.path.join(directory, "manifest.json")):
@@ -79,8 +82,8 @@ def find_phases(directory: str) -> dict[str, Phase]:
         meta = read_manifest(folder)
         if meta is None or not meta.get("sequences"):
             continue
-        phases[meta["phase"]] = Phase(meta["phase"], folder, int(meta["seq_len"]), int(meta["sequences"]),
-                                      int(meta["tokens"]), meta["tokenizer"])
+        phases[meta["phase"]] = PhaseShards(meta["phase"], folder, int(meta["seq_len"]),
+                                            int(meta["sequences"]), int(meta["tokens"]), meta["tokenizer"])
     if not phases:
         raise FileNotFoundError(f"no shard phase with sequences under {directory}")
     return dict(sorted(phases.items(), key=lambda kv: (kv[0] != "pretrain", kv[0])))
@@ -105,7 +108,7 @@ def split_segments(item: dict, holdout_every: int) -> tuple[list[np.ndarray], li
 class PhaseStream:
     """A phase's sequences in shard order, epoch after epoch; `consumed` is the resume cursor."""
 
-    def __init__(self, phase: Phase, consumed: int = 0) -> None:
+    def __init__(self, phase: PhaseShards, consumed: int = 0) -> None:
         self.phase = phase
         self.consumed = consumed
         self._it: Iterator[dict] | None = None
@@ -165,7 +168,8 @@ def make_batch(stream: PhaseStream, n_sequences: int, holdout_every: int) -> tup
     return rows_to_batch(rows), consumed_tokens
 
 
-def eval_rows(phases: list[Phase], holdout_every: int, max_tokens: int) -> dict[str, list[list[np.ndarray]]]:
+def eval_rows(phases: list[PhaseShards], holdout_every: int,
+              max_tokens: int) -> dict[str, list[list[np.ndarray]]]:
     """By phase, the held-out segments of `phases` (phases in order, shard order within, whole segments,
     until max_tokens in all), repacked greedily into rows of at most the phase's seq_len tokens."""
     out, total = {}, 0
@@ -212,7 +216,7 @@ class VocabMap:
         return "full" if self.keep is None else "compact"
 
     @classmethod
-    def compact(cls, phases: list[Phase], holdout_every: int, vocab_size: int, min_count: int = 2,
+    def compact(cls, phases: list[PhaseShards], holdout_every: int, vocab_size: int, min_count: int = 2,
                 always: tuple[int | None, ...] = ()) -> "VocabMap":
         counts = np.zeros(vocab_size, dtype=np.int64)
         for phase in phases:

@@ -35,12 +35,12 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, fields
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, make_batch,
                           resolve_tokenizer, rows_to_batch, token_byte_lengths)
@@ -56,42 +56,44 @@ RUNTIME_KEYS = {"log_every", "eval_every", "checkpoint_dir", "checkpoint_every",
                 "eval_tokens", "resume", "tokenizer", "attention", "threads"}
 
 
-@dataclass
-class TrainConfig:
-    optimizer: str = "tiered"  # "tiered" (trainer.optim.build_optimizer) or "adamw" (AdamWTier on all)
-    lr: float = 2.6e-4  # peak lr of every tier (SPEC §2)
-    batch: int = 1  # packed sequences of the pretrain phase per step
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int | None = None  # None: 8/3·d_model rounded up to a multiple of 64
+class TrainConfig(BaseModel):
+    """The pretraining stage's settings, validated like the run config (pydantic: unknown keys, types and
+    ranges refused with the key named)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    optimizer: Literal["tiered", "adamw"] = Field(
+        "tiered", description="tiered (trainer.optim.build_optimizer) or adamw (AdamWTier on every parameter)")
+    lr: float = Field(2.6e-4, gt=0, description="peak lr of every tier (the DeepSeek-V4.1 report's pretraining lr)")
+    batch: int = Field(1, gt=0, description="packed sequences of the pretrain phase per step")
+    d_model: int = Field(256, gt=0)
+    n_layers: int = Field(4, gt=0)
+    n_heads: int = Field(4, gt=0)
+    d_ff: int | None = Field(None, gt=0, description="null: 8/3 d_model rounded up to a multiple of 64")
     seed: int = 0
-    vocab: str = "auto"  # "full" | "compact" | "auto" (compact on CPU, full on CUDA)
-    vocab_min_count: int = 2  # compact: keep ids seen this often in the training documents
-    attention: str = "auto"  # "auto" | "dense" | "segments" (trainer.model)
-    holdout_every: int = 20  # hold out 1 document in N (by a hash of its id); 0: none
-    eval_tokens: int = 65536  # at most this many held-out tokens in the evaluation set
-    log_every: int = 10
-    eval_every: int = 100  # 0: only at the end
+    vocab: Literal["full", "compact", "auto"] = Field("auto", description="auto: compact on CPU, full on CUDA")
+    vocab_min_count: int = Field(2, ge=1, description="compact: keep ids seen this often in the training documents")
+    attention: Literal["auto", "dense", "segments"] = Field("auto", description="trainer.model")
+    holdout_every: int = Field(20, ge=0, description="hold out 1 document in N (by a hash of its id); 0: none")
+    eval_tokens: int = Field(65536, gt=0, description="at most this many held-out tokens in the evaluation set")
+    log_every: int = Field(10, gt=0)
+    eval_every: int = Field(100, ge=0, description="0: only at the end")
     checkpoint_dir: str | None = None
-    checkpoint_every: int = 100  # 0: only at the end (when checkpoint_dir is set)
-    keep_checkpoints: int = 2
-    resume: bool | str = False  # True: newest checkpoint in checkpoint_dir; or a checkpoint file
-    long_phase: str = "auto"  # "auto": switch to the long phase at 34/45 of the tokens if present; "off"
-    total_tokens: float | None = None  # None: plan_tokens(steps, ...)
-    warmup_steps: int = 2000  # scaled: min(this, max(1, ceil(1% of steps)))
-    tokenizer: str | None = None  # tokenizer.json for the bytes table; None: the manifest's
-    threads: int | None = None  # torch CPU threads; None: torch's default
+    checkpoint_every: int = Field(100, ge=0, description="0: only at the end (when checkpoint_dir is set)")
+    keep_checkpoints: int = Field(2, ge=1)
+    resume: StrictBool | str = Field(False, description="true: newest checkpoint in checkpoint_dir; or a file")
+    long_phase: Literal["auto", "off"] = Field("auto", description="auto: switch to the long phase at 34/45 of "
+                                                                   "the tokens if present")
+    total_tokens: float | None = Field(None, gt=0, description="null: plan_tokens(steps, ...)")
+    warmup_steps: int = Field(2000, ge=0, description="scaled: min(this, max(1, ceil(1% of steps)))")
+    tokenizer: str | None = Field(None, description="tokenizer.json for the bytes table; null: the manifest's")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads; null: torch's default")
 
     @classmethod
     def from_any(cls, config: "TrainConfig | dict | None") -> "TrainConfig":
         if isinstance(config, TrainConfig):
             return config
-        config = dict(config or {})
-        unknown = config.keys() - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown train config keys: {sorted(unknown)}")
-        return cls(**config)
+        return cls.model_validate(dict(config or {}))
 
 
 def build_model_optimizer(model_config: ModelConfig, optimizer: str, lr: float,
@@ -222,8 +224,8 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         if checkpoint.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint")
         saved = TrainConfig.from_any(checkpoint["config"])
-        cfg = TrainConfig(**{f.name: getattr(cfg if f.name in RUNTIME_KEYS else saved, f.name)
-                             for f in fields(TrainConfig)})
+        cfg = TrainConfig(**{name: getattr(cfg if name in RUNTIME_KEYS else saved, name)
+                             for name in TrainConfig.model_fields})
         say(f"resuming from {path} at step {checkpoint['state']['step']}")
 
     phases = find_phases(shards_dir)
@@ -293,7 +295,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         state["cursors"] = {name: s.consumed for name, s in streams.items()}
         path = os.path.join(cfg.checkpoint_dir, f"step-{state['step']:08d}.pt")
         payload = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                   "state": state, "config": asdict(cfg), "model_config": model_config.to_dict(),
+                   "state": state, "config": cfg.model_dump(), "model_config": model_config.to_dict(),
                    "vocab_size": vocab.vocab_size, "vocab_keep": vocab.keep, "steps": steps,
                    "total_tokens": total_tokens}
         torch.save(payload, path + ".tmp")
@@ -394,5 +396,5 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         "routing": _routing_counts(opt, model),
         "device": str(dev),
         "checkpoint": last_checkpoint,
-        "config": asdict(cfg),
+        "config": cfg.model_dump(),
     }

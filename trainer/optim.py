@@ -1,4 +1,4 @@
-"""Three-tier optimizer of the pretraining stage (SPEC.md §2).
+"""Three-tier optimizer of the pretraining stage (the DeepSeek-V4.1 report, §4.2.2 "training settings").
 
 | parameters                                        | optimizer                                   |
 |---------------------------------------------------|---------------------------------------------|
@@ -112,7 +112,9 @@ def sinkhorn_balance(N: Tensor, iters: int = 11, tau: float = 1e-3, eps: float =
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon with Nesterov momentum and decoupled weight decay, optionally head-wise (SPEC.md §2).
+    """Muon with Nesterov momentum and decoupled weight decay, optionally head-wise (Jordan et al.
+    2024; head-wise for W_Q and W_K, μ = 0.95, λ = 0.1, update RMS 0.18 as in the DeepSeek-V4.1 report
+    §4.2.2).
 
     Per parameter W ∈ R^{(H·d_h)×d_in} of a group with `heads` = H (H = 1: the whole matrix):
         M ← μM + G                               # momentum buffer, the only state
@@ -200,7 +202,8 @@ class Muon(torch.optim.Optimizer):
 
 
 class AdamWTier(torch.optim.AdamW):
-    """torch.optim.AdamW with the spec's settings: β = (0.9, 0.95), ε = 1e-20, λ = 0.1.
+    """torch.optim.AdamW with the DeepSeek-V4.1 report's settings (§4.2.2): β = (0.9, 0.95), ε = 1e-20,
+    λ = 0.1.
 
     ε = 1e-20 keeps the update m̂/(sqrt(v̂) + ε) scale-free even for tiny gradients.
     """
@@ -350,8 +353,8 @@ def build_optimizer(model: nn.Module, config: dict | None = None) -> TieredOptim
       6. everything else (1-D norms, biases, scalars, >2-D tensors):
          matches no_decay_patterns ("bias", "scale", "gain")           → "adamw_no_decay" (λ = 0)
          otherwise, norm weights included                              → "adamw" (λ = weight_decay)
-    SPEC.md lists "norms" and "biases and scales" separately, so norm weights keep λ = 0.1; add
-    r"norm" to no_decay_patterns to exempt them.
+    Only biases and scales are exempt from weight decay (norm weights are not among them), so norm
+    weights keep λ = 0.1; add r"norm" to no_decay_patterns to exempt them.
 
     `config` keys (unknown keys raise): lr, weight_decay, muon_gamma, ns_steps, engram_lr_mult,
     n_heads, n_kv_heads and the *_patterns above; defaults in DEFAULT_CONFIG.

@@ -1,6 +1,7 @@
-"""Learning-rate schedule by tokens, and the sequence-length switch (SPEC.md §2), scaled to a run.
+"""Learning-rate schedule by tokens, and the sequence-length switch, scaled to a run (DeepSeek-V4.1
+report §4.2.2).
 
-The spec's plan for a 45T-token run (fixed batch of 100.6M tokens, so 447,316 steps):
+The report's plan for its 45T-token run (fixed batch of 100.6M tokens, so 447,316 steps):
 
     warmup 2,000 steps (linear, by step) to the peak lr 2.6e-4
     constant                              until 28T tokens  (28/45 of the budget)
@@ -11,7 +12,7 @@ The spec's plan for a 45T-token run (fixed batch of 100.6M tokens, so 447,316 st
 
 `TokenSchedule` keeps every token mark as the same fraction of the run's own token budget. Warmup is
 counted in steps: min(2000, max(1, ceil(1% of the run's steps))) when the run's step count is given,
-i.e. 2,000 for any run of 200,000 steps or more, 2 for a 200-step run (the spec's 2,000 of 447,316
+i.e. 2,000 for any run of 200,000 steps or more, 2 for a 200-step run (the report's 2,000 of 447,316
 steps is 0.45%; 1% is slightly more conservative for short runs).
 
 `plan_tokens` sizes the budget of a run given by steps when the long phase has a different tokens
@@ -31,6 +32,7 @@ __all__ = [
     "scaled_warmup_steps",
 ]
 
+# SPEC_*: the DeepSeek-V4.1 report's full-size run (§4.2.2)
 SPEC_TOTAL_TOKENS = 45e12
 SPEC_BATCH_TOKENS = 100.6e6
 SPEC_WARMUP_STEPS = 2000
@@ -66,7 +68,7 @@ def plan_tokens(steps: int, tokens_per_step: float, long_tokens_per_step: float 
 
 @dataclass
 class TokenSchedule:
-    """lr(step, tokens): warmup by step, then the spec's token marks as fractions of total_tokens.
+    """lr(step, tokens): warmup by step, then the report's token marks as fractions of total_tokens.
 
     `step` is the 0-based index of the update, `tokens` the tokens consumed before it. The warmup
     factor min(1, (step + 1) / warmup_steps) multiplies the token-based factor:

@@ -233,7 +233,7 @@ def main(argv: list[str]) -> None:
     from tests.fuzz import seeds, targets
 
     if target == "image":
-        targets.image_cfg(0)  # dedup.image (Beam) imported before the clock starts
+        targets.image_cfg(0)  # pipelines.image_pairs (Beam) imported before the clock starts
     seeds.records()
 
     runner = Runner(target, targets.TARGETS[target], art_dir, keep_going, max_seconds, max_runs, input_timeout)

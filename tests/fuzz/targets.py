@@ -307,7 +307,9 @@ def html(data: bytes) -> None:
 def image_cfg(b0: int) -> dict:
     """The decoder config the first input byte picks: bit 0 lifts the minimum side to 1 px and bit 1
     the aspect rule, so small and odd-shaped fuzzed images reach the pixel decoders too."""
-    from dedup.image import DEFAULTS
+    from pipelines.image_pairs import image_pairs_config
+
+    DEFAULTS = image_pairs_config({})
 
     cfg = {k: DEFAULTS[k] for k in ("min_side", "max_aspect", "max_pixels", "max_image_bytes", "formats")}
     if b0 & 1:

@@ -1,0 +1,228 @@
+"""The stage contract: what a stage declares, what it returns, and the one registry of stages.
+
+A stage is a class registered once, in the order the run applies stages:
+
+    @register
+    class LanguageStage(DocumentStage):
+        name = "language"
+        config = LanguageConfig      # its config section: a pydantic model, each field with its default and why
+        reasons = ("lang_low_confidence", "lang_not_allowed")   # every reason it may drop with
+        step = IdentifyLanguage      # a DocumentStep: one document in, the document or a Drop out
+
+What a stage declares (class attributes):
+- `name`: its config section, its folder OUT/<name>/ (stats.json, _SUCCESS, its documents when it ends a
+  group) and OUT/dropped/<name>/ (every document it dropped);
+- `config`: a pydantic model of its section; `load_config` validates every registered section before any
+  pipeline is built, and `curate stages` prints them;
+- `reasons`: the drop reasons it may give (the `dropped` keys of its stats);
+- `reads`: `READS_PREVIOUS` (the documents of the stage before it) or `READS_INPUT` (the run's input
+  files; its fingerprint covers them);
+- `starts_group`: its input is read back from the previous stage's Parquet output instead of being fused
+  into the same Beam pipeline (where materialising pays: before a shuffle-heavy or costly stage);
+- `documents`: the folder under OUT its documents are in for the stages after it (default: its name;
+  None: it has no documents output); `schema`: their Parquet schema;
+- `outputs`: other folders under OUT it writes, cleared before it reruns;
+- `ends_branch`: its documents are a final output; the loss audit follows every row read to here;
+- `settings_from`: other config sections its output depends on (its fingerprint covers them).
+
+What a stage returns: `build(p, cfg, docs, root)` returns `(docs, drops, counters)`: its documents (or
+None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), and counters, (key, n) pairs. The
+runner writes the drops to OUT/dropped/<name>/ (with `write_dropped`), sums the counters into
+OUT/<name>/stats.json and fails the run unless in = out + Σ dropped. A `DocumentStage` counts `in`, `out`
+and `dropped/<reason>` itself (in its DoFn, per bundle); any other stage has its `in` counted from its
+input, its `out` from its documents (or a counter it emits) and its drops from its drop rows.
+
+Adding a stage: its module (the class above, its config model, its DoFn) and one `register` line, here or
+in the module that defines it; the runner never names a stage.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+from pydantic import BaseModel, ConfigDict
+
+from pipelines import io
+
+DROPPED = "dropped"
+COUNTERS = "counters"
+READS_INPUT, READS_PREVIOUS = "input", "previous"
+
+
+class NoSettings(BaseModel):
+    """The section of a stage without settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A per-document step's verdict that the document goes: why (a reason code of the stage's
+    `reasons`), a human-readable detail, and the document as it was dropped (its measured scores
+    included); None = the document as it came in."""
+
+    reason: str
+    detail: str = ""
+    doc: dict | None = None
+
+
+def scores_of(doc: dict) -> dict:
+    """A document's scores as a dict (Parquet gives a map column back as (key, value) pairs)."""
+    return dict(doc.get("scores") or ())
+
+
+def with_scores(doc: dict, **values) -> dict:
+    """The document with `values` added to its scores (keys sorted: the same bytes for the same values)."""
+    scores = scores_of(doc)
+    scores.update(values)
+    return {**doc, "scores": dict(sorted(scores.items()))}
+
+
+def drop_row(doc: dict, stage: str, reason: str, detail: str = "", text: str | None = None) -> dict:
+    """The one shape of a dropped document (io.DROP_SCHEMA): provenance, stage, reason, detail,
+    scores and text (None: the document's own)."""
+    row = {k: doc.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
+    row.update(stage=stage, reason=reason, detail=detail, scores=scores_of(doc),
+               text=text if text is not None else doc.get("text"))
+    return row
+
+
+def dropped(row: dict) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(DROPPED, row)
+
+
+def counter(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(COUNTERS, (key, n))
+
+
+def _in_global_window(value):
+    """An output emitted from finish_bundle, which must carry its own window (the pipeline is batch)."""
+    if isinstance(value, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(value.tag, WindowedValue(value.value, MIN_TIMESTAMP, [GlobalWindow()]))
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class DocumentStep(beam.DoFn):
+    """Base of the per-document steps: `step(doc)` returns the kept document or a `Drop`; extra
+    counters go through `self.count(key, n)`. The base tallies each bundle's `in`, `out`,
+    `dropped/<reason>` and extra counters and emits them once in finish_bundle (a dict increment per
+    document instead of a counting combiner per stage boundary; bundle outputs commit together, so a
+    retried bundle counts once), and turns every Drop into a drop row.
+
+    With `batch` > 1 documents are buffered and stepped `batch` at a time, back to back, after one
+    `prepare(batch)` call (batched model calls; native code that runs faster with nothing in between).
+    Models load in `setup()`, once per worker."""
+
+    batch = 1
+
+    def __init__(self, stage: str, cfg: dict):
+        self.stage, self.cfg = stage, cfg
+
+    def start_bundle(self):
+        self._tally = Counter()
+        self._buffer = []
+
+    def count(self, key: str, n: int = 1) -> None:
+        self._tally[key] += n
+
+    def process(self, doc):
+        if self.batch <= 1:
+            yield self._step_counted(doc)
+            return
+        self._buffer.append(doc)
+        if len(self._buffer) >= self.batch:
+            yield from self._drain()
+
+    def _drain(self):
+        buffer, self._buffer = self._buffer, []
+        if buffer:
+            self.prepare(buffer)
+        for doc in buffer:
+            yield self._step_counted(doc)
+
+    def _step_counted(self, doc):
+        self._tally["in"] += 1
+        out = self.step(doc)
+        if isinstance(out, Drop):
+            self._tally[f"dropped/{out.reason}"] += 1
+            return dropped(drop_row(doc if out.doc is None else out.doc, self.stage, out.reason, out.detail))
+        self._tally["out"] += 1
+        return out
+
+    def finish_bundle(self):
+        for out in self._drain():
+            yield _in_global_window(out)
+        for key, n in self._tally.items():
+            yield _in_global_window(counter(key, n))
+
+    def prepare(self, docs: list[dict]) -> None:
+        """Called with each batch before its documents are stepped."""
+
+    def step(self, doc: dict) -> dict | Drop:
+        raise NotImplementedError
+
+
+class Stage:
+    """Base of every stage; see the module docstring for what each attribute means."""
+
+    name: str
+    config: type[BaseModel] = NoSettings
+    reasons: tuple[str, ...] = ()
+    reads = READS_PREVIOUS
+    starts_group = False
+    schema = io.DOC_SCHEMA
+    outputs: tuple[str, ...] = ()
+    ends_branch = False
+    settings_from: tuple[str, ...] = ()
+    counts_itself = False
+
+    @property
+    def documents(self) -> str | None:
+        return self.name
+
+    def build(self, p, cfg: dict, docs, root: str):
+        raise NotImplementedError
+
+    def notices(self, cfg: dict) -> list[str]:
+        """Warnings to log before a run that includes this stage."""
+        return []
+
+
+class DocumentStage(Stage):
+    """A stage that is one DocumentStep over documents, built with its config section."""
+
+    step: type[DocumentStep]
+    counts_itself = True
+
+    def build(self, p, cfg, docs, root):
+        res = docs | self.name >> beam.ParDo(self.step(self.name, cfg[self.name])).with_outputs(
+            DROPPED, COUNTERS, main="docs")
+        return res.docs, res[DROPPED], res[COUNTERS]
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(cls: type[Stage], after: str | None = None) -> type[Stage]:
+    """Add a stage to the run order: last, or right after the stage `after`. Usable as a decorator."""
+    stage = cls()
+    if stage.name in STAGES:
+        raise ValueError(f"stage {stage.name!r} is registered twice")
+    if after is None:
+        STAGES[stage.name] = stage
+    else:
+        items = list(STAGES.items())
+        at = [n for n, _ in items].index(after) + 1
+        items.insert(at, (stage.name, stage))
+        STAGES.clear()
+        STAGES.update(items)
+    return cls
+
+
+def unregister(name: str) -> None:
+    del STAGES[name]
