@@ -1,5 +1,6 @@
-"""Image near-duplicates on Beam: clusters of similar images (pHash, or embedding SimHash) and the
-one survivor of each; used by the image-text branch (pipelines/image_pairs.py).
+"""Repeated images on Beam: clusters of similar images (pHash, or embedding SimHash) and the one
+survivor of each, used by the image-text branch (pipelines/image_pairs.py); and image URLs used on so
+many documents that they are site chrome (`SplitFrequentImageUrls`, for the interleaved documents).
 
 Survivors, deterministic whatever the worker count or arrival order: among uses of one image, the
 earliest capture (WARC-Date), then the smallest page URL, then the position on the page; among
@@ -182,3 +183,45 @@ def phash_node(pair):
 
 def embedding_node(pair):
     return pair["image_sha256"], (pair["simhash"], pair["embedding"])
+
+
+# ------------------------------------------------------------------------------- URL frequency
+_COUNT = "count"
+
+
+class _SplitByFrequency(beam.DoFn):
+    """(url, [(COUNT, pages)] + [(REF, (doc_id, ref))...]) -> the refs, under "frequent" when the URL
+    is on more than `max_pages` documents. The group is read twice: its count first, then the refs
+    stream out (a logo on a million pages is never held in memory)."""
+
+    def __init__(self, max_pages: int):
+        self.max_pages = max_pages
+
+    def process(self, element):
+        _, values = element
+        pages = next((v[1] for v in values if v[0] == _COUNT), 0)
+        frequent = pages > self.max_pages
+        for v in values:
+            if v[0] == _REF:
+                yield beam.pvalue.TaggedOutput("frequent", (v[1], pages)) if frequent else v[1]
+
+
+class SplitFrequentImageUrls(beam.PTransform):
+    """(doc_id, ref) pairs, `ref["url"]` the image URL -> (kept pairs, tag "frequent": ((doc_id, ref),
+    pages)). An image URL used on more than `max_pages` distinct documents of the corpus is site chrome
+    (logos, buttons, banners): OBELICS removes those with `max_pages` = 10. The count is a Beam combine
+    over distinct (url, document) pairs, so a page that repeats an image counts once."""
+
+    def __init__(self, max_pages: int = 10):
+        super().__init__()
+        self.max_pages = max_pages
+
+    def expand(self, refs):
+        pages = (refs | "UrlDoc" >> beam.MapTuple(lambda doc_id, ref: (ref["url"], doc_id))
+                 | "DistinctUrlDoc" >> beam.Distinct()
+                 | "One" >> beam.MapTuple(lambda url, _: (url, 1))
+                 | "PagesPerUrl" >> beam.CombinePerKey(sum))
+        return ((pages | "TagCount" >> beam.MapTuple(lambda url, n: (url, (_COUNT, n))),
+                 refs | "TagRef" >> beam.MapTuple(lambda doc_id, ref: (ref["url"], (_REF, (doc_id, ref)))))
+                | "Flatten" >> beam.Flatten() | "GroupUrl" >> beam.GroupByKey()
+                | "Split" >> beam.ParDo(_SplitByFrequency(self.max_pages)).with_outputs("frequent", main="kept"))

@@ -46,6 +46,10 @@ TRACKING_URL = re.compile(
 ICON_URL = re.compile(
     r"(?:^|[/._-])(?:favicon|apple-touch-icon|icons?|sprites?|emoji|emoticons?|smiley|smilies|spinner|"
     r"ajax-loader|loader|placeholder|btn)(?:[/._-]|\d|$)", re.I)
+# Site chrome by name (OBELICS's URL ban words), for the interleaved branch: a path token.
+CHROME_URL = re.compile(
+    r"(?:^|[/._-])(?:logos?|avatars?|banners?|ads|adverts?|advertisements?|badges?|buttons?|social|share)"
+    r"(?:[/._-]|\d|$)", re.I)
 IMAGE_EXT = r"(?:jpe?g|jfif|png|gif|webp|bmp|tiff?|svg|avif|heic|ico)"
 FILENAME_ALT = re.compile(
     rf"\.{IMAGE_EXT}$"                                                 # ends in an image extension
@@ -213,18 +217,13 @@ def _picture_sources(img) -> list[str]:
             for s in parent.query_selector_all("source") if s.parent == parent]
 
 
-def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[ImageRef]:
-    """Every <img> of `html` as an ImageRef, in document order. Context: each img is replaced by a
-    marker text node and the page goes through resiliparse's plain-text extractor (visible text,
-    block structure kept), so the text around the marker is what a reader sees around the image."""
-    if not re.search(r"<img\b", html, re.I):
-        return []
-    tree = HTMLTree.parse(html)
+def image_refs(tree: HTMLTree, imgs: list, page_url: str) -> list[ImageRef]:
+    """An ImageRef (no context yet) for each of `imgs`, the tree's <img> elements in document order,
+    their URL resolved against `<base href>` and the page URL."""
     base = page_url
     base_el = tree.document.query_selector("base[href]")
     if base_el is not None:
         base = _resolve(page_url, (base_el.getattr("href") or "").strip()) or page_url
-    imgs = list(tree.document.query_selector_all("img"))
     refs = []
     for position, img in enumerate(imgs):
         alt = img.getattr("alt")
@@ -233,6 +232,19 @@ def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[I
             alt=_collapse(alt) if alt is not None else None,
             width=_dimension(img.getattr("width")), height=_dimension(img.getattr("height")),
             position=position, context_before="", context_after=""))
+    return refs
+
+
+def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[ImageRef]:
+    """Every <img> of `html` as an ImageRef, in document order. Context: each img is replaced by a
+    marker text node and the page goes through resiliparse's plain-text extractor (visible text,
+    block structure kept), so the text around the marker is what a reader sees around the image."""
+    if not re.search(r"<img\b", html, re.I):
+        return []
+    tree = HTMLTree.parse(html)
+    imgs = list(tree.document.query_selector_all("img"))
+    refs = image_refs(tree, imgs, page_url)
+    for position, img in enumerate(imgs):
         img.parent.insert_before(tree.create_text_node(f" \ue000{position}\ue001 "), img)
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
                               alt_texts=False, links=False, form_fields=False, noscript=True, comments=False)
@@ -274,10 +286,10 @@ def is_generic_alt(alt: str) -> bool:
     return bool(m and m.group(1).strip() in GENERIC_ALT)
 
 
-def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
-    """The first failed rule's reason, or None. `cfg` holds min_side, min_alt_chars, max_alt_chars,
-    alt_languages (None = any) and alt_lang_min_score; `lid(text) -> (lang, prob)` is needed only
-    when alt_languages is set."""
+def check_image_url(ref: ImageRef, min_side: int, chrome_words: bool = False) -> str | None:
+    """The URL and declared-size rules, which need no pixels and no alt text: the first failed rule's
+    reason, or None. With `chrome_words` (the interleaved branch, as OBELICS), a URL naming site chrome
+    (logo, avatar, banner, ad, badge, button) is `banned_url` too."""
     url = ref.url
     if not url:
         return "no_src"
@@ -297,8 +309,20 @@ def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
         return "tracking_pixel"
     if ICON_URL.search(parts.path):
         return "icon_or_sprite"
-    if (w is not None and w < cfg["min_side"]) or (h is not None and h < cfg["min_side"]):
+    if chrome_words and CHROME_URL.search(parts.path):
+        return "banned_url"
+    if (w is not None and w < min_side) or (h is not None and h < min_side):
         return "declared_too_small"
+    return None
+
+
+def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
+    """The first failed rule's reason, or None: the URL rules, then the alt-text rules. `cfg` holds
+    min_side, min_alt_chars, max_alt_chars, alt_languages (None = any) and alt_lang_min_score;
+    `lid(text) -> (lang, prob)` is needed only when alt_languages is set."""
+    reason = check_image_url(ref, cfg["min_side"])
+    if reason:
+        return reason
     alt = ref.alt
     if alt is None:
         return "missing_alt"

@@ -1,0 +1,124 @@
+"""A web page as an interleaved document: text blocks and images in DOM order (no Beam here).
+
+OBELICS (Laurençon et al. 2023, sec. 3.2 and its `simplification`/`linearization` code) simplifies the
+DOM, then walks it, cutting the text where an image sits. We do the same walk with three differences
+the interleaved branch needs:
+- `<figure>`/`<figcaption>`, list items and table cells are kept as text (OBELICS's released code drops
+  figure captions; resiliparse's plain-text extractor drops `<figure>` entirely), and an image inside a
+  `<figure>` carries that figure's caption, the candidate caption when its document is recycled into
+  pairs;
+- page chrome is cut by element, not by text statistics: `nav`, `header`, `footer`, forms,
+  scripts, hidden elements (`hidden`, `aria-hidden="true"`, inline `display:none`); the images inside
+  them come back as `chrome_images`, so every `<img>` of the page is accounted for;
+- the text itself comes from resiliparse's plain-text extractor in one native call, with a marker where
+  each image was, so the Python work per page is per image and figure, not per DOM node.
+
+Images are the pairs branch's `ImageRef`s (extract/images.py: `<picture>`/`srcset`/lazy-loading URL
+choice, `<base href>`, canonical URLs), so the same URL rules (`check_image_ref`) apply to both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+
+from extract.images import ImageRef, image_refs
+
+# Subtrees that are page chrome, code or controls, not content.
+# (script, style, noscript and template the extractor skips by itself.)
+CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "iframe", "object", "embed", "canvas",
+          "svg", "audio", "video", "map", "dialog")
+HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
+HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+MARKER = re.compile("\ue000(\\d+)\ue001")
+CELL_GAP = re.compile(r"\t+")
+BULLET = re.compile(r"^\s*•\s*", re.M)
+BLANKS = re.compile(r"[ \t]*\n(?:[ \t]*\n)+")
+SPACES = re.compile(r"\s+")
+
+
+@dataclass
+class Node:
+    """One node of an interleaved document: a text block (`text`), or an image (`image`, with the
+    caption of the `<figure>` it sits in, if any)."""
+
+    type: str                      # "text" | "image"
+    text: str = ""
+    image: ImageRef | None = None
+    caption: str = ""
+
+
+@dataclass
+class Linearised:
+    nodes: list[Node] = field(default_factory=list)
+    chrome_images: list[ImageRef] = field(default_factory=list)  # <img>s outside the content
+
+    @property
+    def text(self) -> str:
+        """The document's text, blocks separated by a blank line (what the text rules judge)."""
+        return "\n\n".join(n.text for n in self.nodes if n.type == "text")
+
+    @property
+    def images(self) -> list[Node]:
+        return [n for n in self.nodes if n.type == "image"]
+
+
+def _hidden(el) -> bool:
+    return (el.hasattr("hidden") or (el.getattr("aria-hidden") or "").strip().lower() == "true"
+            or HIDDEN_STYLE.search(el.getattr("style") or "") is not None)
+
+
+def _clean(text: str) -> str:
+    """Table cells (tab-separated by the extractor) as ` | `, list bullets as `- `, single blank lines."""
+    text = BULLET.sub("- ", CELL_GAP.sub(" | ", text))
+    return BLANKS.sub("\n", text).strip()
+
+
+def linearise(html: str, page_url: str) -> Linearised:
+    """The page's content as text and image nodes in DOM order, and the images outside it. The DOM is
+    simplified in place (chrome and hidden subtrees removed, `<figure>` and `<figcaption>` made
+    `<div>`s: resiliparse's extractor drops both), each `<img>` replaced by a marker, and the text extracted in one native
+    call (resiliparse, block structure kept); the markers cut it into nodes. A marker that does not come
+    out (its image was in removed chrome) makes that image a chrome image."""
+    tree = HTMLTree.parse(html)
+    imgs = list(tree.document.query_selector_all("img"))
+    refs = image_refs(tree, imgs, page_url)
+    captions = {}
+    for position, img in enumerate(imgs):
+        img.setattr("data-curate-position", str(position))
+    for figure in list(tree.document.query_selector_all("figure")):
+        caption = figure.query_selector("figcaption")
+        text = SPACES.sub(" ", caption.text).strip() if caption is not None else ""
+        for img in figure.query_selector_all("img"):
+            captions.setdefault(int(img.getattr("data-curate-position")), text)  # the innermost figure's
+    for el in list(tree.document.query_selector_all("figure, figcaption")):
+        div = tree.create_element("div")
+        for child in list(el.child_nodes):
+            div.append_child(child)
+        el.parent.replace_child(div, el)
+    for el in list(tree.document.query_selector_all(", ".join(CHROME))) + [
+            el for el in tree.document.query_selector_all(HIDDEN) if _hidden(el)]:
+        if el.parent is not None:  # not inside a subtree already removed
+            el.decompose()
+    for position, img in enumerate(imgs):
+        if img.parent is not None:
+            img.parent.replace_child(tree.create_text_node(f"\n\ue000{position}\ue001\n"), img)
+    text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=True,
+                              alt_texts=False, links=False, form_fields=False, noscript=False, comments=False)
+    out, seen = Linearised(), set()
+    pieces = MARKER.split(text)  # text, position, text, position, ..., text
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            block = _clean(piece)
+            if block:
+                out.nodes.append(Node("text", block))
+            continue
+        position = int(piece)
+        if position < len(refs) and position not in seen:  # a marker look-alike in the page is text
+            seen.add(position)
+            out.nodes.append(Node("image", image=refs[position], caption=captions.get(position, "")))
+    out.chrome_images = [r for r in refs if r.position not in seen]
+    return out

@@ -1,0 +1,211 @@
+"""Interleaved documents from web pages: DOM linearisation on real pages (order, captions, lists,
+tables, chrome), the URL rules of the interleaved branch, and the visual-token count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from extract.images import ImageRef, check_image_url
+from extract.interleaved import linearise
+from packing.vision import VisionPolicy, fitted_size, visual_tokens
+
+DATA = Path(__file__).parent / "data" / "interleaved"
+PAGES = {p["file"]: p for p in json.loads((DATA / "labels.json").read_text())}
+
+
+def page(name: str):
+    p = PAGES[name]
+    return linearise((DATA / name).read_text(encoding="utf-8"), p["url"]), p
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_every_img_is_a_node_or_chrome_in_labelled_dom_order(name):
+    doc, label = page(name)
+    kept = [n.image.url for n in doc.images]
+    positions = sorted(n.image.position for n in doc.images) + [r.position for r in doc.chrome_images]
+    assert sorted(positions) == list(range(len(label["image_urls"])))  # each <img> exactly once
+    assert [n.image.position for n in doc.images] == sorted(n.image.position for n in doc.images)
+    assert kept == [label["image_urls"][n.image.position] for n in doc.images]  # the labelled URLs, in order
+    assert doc.nodes[0].type == "text" and all(n.text.strip() for n in doc.nodes if n.type == "text")
+    assert not any(a.type == b.type == "text" for a, b in zip(doc.nodes, doc.nodes[1:]))  # an image splits text
+
+
+def test_figures_keep_their_captions_and_the_text_around_them():
+    doc, _ = page("qa-indic-graphemes.en.html")
+    first = doc.images[0]
+    assert first.image.url.endswith("qa-indic-graphemes-data/ra.png") and first.image.alt == "റ = ra"
+    assert first.caption.startswith("The glyph used for the consonant 'r' in Malayalam")
+    i = doc.nodes.index(first)
+    before = doc.nodes[i - 1].text
+    assert "the following:\n- line breaking & hyphenation\n- letter spacing & justification\n" in before
+    assert before.endswith("there can be different sounds in different contexts.")
+    assert doc.nodes[i + 1].text.startswith("The glyph used for the consonant 'r' in Malayalam")  # the caption text
+    assert sum(1 for n in doc.images if n.caption) == 13
+
+
+def test_lists_tables_and_side_notes_are_content():
+    doc, _ = page("qa-html-dir.html")
+    assert "- " in doc.text and " | " in doc.text  # list items and table cells survive as text
+    icons = [n.image for n in doc.images if "/icons/" in n.image.url]  # the browser-support side note's
+    assert [r.url.rsplit("/", 1)[-1] for r in icons] == [
+        "firefox_16x16.png", "chrome_16x16.png", "safari_16x16.png", "edge_16x16.png", "ok.png"]
+    assert {check_image_url(r, 150, chrome_words=True) for r in icons} == {"icon_or_sprite"}
+    names, _ = page("qa-personal-names.en.html")
+    assert [n.image.url.rsplit("/", 1)[-1] for n in names.images] == ["firstmlast.png", "circles.png"]  # <aside>
+    wiki, _ = page("wikipedia-main-page-2012.html")
+    assert [r.url.split("/")[-1] for r in wiki.chrome_images] == ["search-ltr.png?303-4"]  # the header's
+
+
+def test_deep_nesting_does_not_recurse():
+    html = "<div>" * 50_000 + "deep<img src='a.png' width=300 height=300>" + "</div>" * 50_000
+    doc = linearise(html, "https://example.org/")
+    assert [n.type for n in doc.nodes] == ["text", "image"] and doc.nodes[0].text == "deep"
+
+
+def test_hidden_and_scripted_content_is_not_text():
+    html = ("<p>kept</p><div hidden><img src=h.png>hidden text</div><p style='display: none'>gone</p>"
+            "<script>var x = 1;</script><nav><img src=logo.png>Home</nav><p aria-hidden=true>no</p>")
+    doc = linearise(html, "https://example.org/")
+    assert doc.text == "kept" and [r.url.rsplit("/", 1)[-1] for r in doc.chrome_images] == ["h.png", "logo.png"]
+
+
+def test_url_rules_need_no_pixels():
+    def ref(url, w=None, h=None):
+        return ImageRef("https://p.org/", url, "alt", w, h, 0, "", "")
+
+    assert check_image_url(ref("data:image/png;base64,AAAA"), 150) == "data_uri"
+    assert check_image_url(ref("https://p.org/px.gif", 1, 1), 150) == "tracking_pixel"
+    assert check_image_url(ref("https://p.org/img/site-logo.png"), 150, chrome_words=True) == "banned_url"
+    assert check_image_url(ref("https://p.org/img/site-logo.png"), 150) is None  # the pairs branch's rules
+    assert check_image_url(ref("https://p.org/avatars/u1.jpg"), 150, chrome_words=True) == "banned_url"
+    assert check_image_url(ref("https://p.org/commas_in_ad.png"), 150, chrome_words=True) is None  # a word, not "ads"
+    assert check_image_url(ref("https://p.org/icons/x.png"), 150) == "icon_or_sprite"
+    assert check_image_url(ref("https://p.org/fig.png", 100, 400), 150) == "declared_too_small"
+    assert check_image_url(ref("https://p.org/fig.png", 400, 300), 150) is None
+
+
+def test_url_rules_on_the_labelled_pages():
+    """Icons the labels call logo_icon are mostly stopped by URL and declared size before any byte is
+    fetched; photos and figures pass unless declared small."""
+    stopped = {"logo_icon": 0, "other": 0}
+    total = {"logo_icon": 0, "other": 0}
+    for name, label in PAGES.items():
+        doc, _ = page(name)
+        for n in doc.images:
+            kind = "logo_icon" if label["kinds"][n.image.position] == "logo_icon" else "other"
+            total[kind] += 1
+            stopped[kind] += check_image_url(n.image, 150, chrome_words=True) is not None
+    assert stopped["logo_icon"] / total["logo_icon"] >= 0.6 and stopped["other"] / total["other"] <= 0.35, (
+        stopped, total)
+
+
+@pytest.mark.parametrize("w, h, size, tokens", [
+    (1344, 1344, (1344, 1344), 48 * 48),
+    (2688, 1344, (1344, 672), 48 * 24),     # scaled down: the longer side at max_side
+    (100, 100, (532, 532), 19 * 19),        # scaled up to min_side 544, snapped to 28
+    (300, 3000, (140, 1344), 5 * 48),       # extreme aspect: the longer side bounds the sequence
+    (800, 600, (812, 588), 29 * 21),        # within the bounds: only snapped to multiples of 28
+])
+def test_visual_tokens_follow_the_vision_policy(w, h, size, tokens):
+    assert fitted_size(w, h) == size and visual_tokens(w, h) == tokens
+
+
+def test_visual_tokens_merge_is_configurable():
+    assert visual_tokens(1344, 1344, VisionPolicy(merge=1)) == 96 * 96
+    with pytest.raises(ValueError):
+        visual_tokens(0, 10)
+
+
+def test_frequent_image_urls_are_split_off_on_a_beam_run(tmp_path):
+    """A URL on more than max_pages distinct documents is chrome; a page repeating an image counts once;
+    every ref comes out exactly once, kept or frequent."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from dedup.image import SplitFrequentImageUrls
+
+    refs = [(f"doc{d}", {"url": "https://s.org/logo.png", "position": 0}) for d in range(12)]
+    refs += [("doc0", {"url": "https://s.org/fig.png", "position": p}) for p in (1, 2, 3)]  # 3 uses, 1 page
+    refs += [(f"doc{d}", {"url": "https://s.org/shared.png", "position": 5}) for d in range(10)]  # exactly 10
+    out = tmp_path / "out.json"
+
+    def save(rows):
+        out.write_text(json.dumps(rows, sort_keys=True))
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
+        res = p | beam.Create(refs) | SplitFrequentImageUrls(max_pages=10)
+        ((res.kept | "K" >> beam.Map(lambda r: ["kept", r[0], r[1]["url"], r[1]["position"], 0]),
+          res.frequent | "F" >> beam.Map(lambda r: ["frequent", r[0][0], r[0][1]["url"], r[0][1]["position"], r[1]]))
+         | beam.Flatten() | beam.combiners.ToList() | beam.Map(lambda rows: save(sorted(rows))))
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(refs)
+    assert {r[2] for r in rows if r[0] == "frequent"} == {"https://s.org/logo.png"}
+    assert all(r[4] == 12 for r in rows if r[0] == "frequent") and sum(r[0] == "frequent" for r in rows) == 12
+    assert sum(1 for r in rows if r[0] == "kept" and r[2].endswith("fig.png")) == 3
+
+
+def _build(workers: int, out: Path, max_pages: int = 10, copies: tuple[str, ...] = ()) -> dict:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.interleaved import BuildInterleavedDocs
+
+    pages = [{"id": f"{i:032x}", "url": p["url"], "warc_file": "f.warc.gz", "warc_offset": i, "warc_date": "",
+              "html": (DATA / name).read_text(encoding="utf-8")} for i, (name, p) in enumerate(sorted(PAGES.items()))]
+    pages.append({"id": "f" * 32, "url": "https://example.org/", "warc_file": "f.warc.gz", "warc_offset": 99,
+                  "warc_date": "", "html": "<p>Only text here.</p><img src='https://example.org/site-logo.png'>"})
+    for i, name in enumerate(copies):  # the same page captured again (another record)
+        pages.append({**next(p for p in pages if p["url"] == PAGES[name]["url"]), "id": f"c{i:031x}",
+                      "warc_offset": 100 + i})
+    args = ["--runner=FnApiRunner"]
+    if workers > 1:
+        args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+
+    def save(rows):
+        out.write_text(json.dumps(sorted(rows, key=json.dumps), sort_keys=True))
+
+    with beam.Pipeline(options=PipelineOptions(args)) as p:
+        res = p | beam.Create(pages) | BuildInterleavedDocs({"max_pages_per_url": max_pages})
+        ((res.docs | "D" >> beam.Map(lambda d: ["doc", d]), res.dropped | "X" >> beam.Map(lambda d: ["drop", d]),
+          res.counters | "C" >> beam.Map(lambda c: ["counter", c]))
+         | beam.Flatten() | beam.combiners.ToList() | beam.Map(save))
+    rows = json.loads(out.read_text())
+    return {"docs": {d["url"]: d for kind, d in rows if kind == "doc"},
+            "drops": [d for kind, d in rows if kind == "drop"],
+            "counters": dict(c for kind, c in rows if kind == "counter"), "raw": out.read_bytes()}
+
+
+def test_stage_one_documents_on_a_beam_run(tmp_path):
+    """Real pages: image nodes in labelled DOM order, icons and chrome gone, a text-only page dropped as
+    no_images, per-document and per-image accounting exact, 1 and 2 workers byte-identical."""
+    one = _build(1, tmp_path / "one.json")
+    two = _build(2, tmp_path / "two.json")
+    assert one["raw"] == two["raw"]
+    c = one["counters"]
+    assert c["in"] == len(PAGES) + 1 == c["out"] + c.get("dropped/no_images", 0)
+    assert [d["url"] for d in one["drops"]] == ["https://example.org/"] and one["drops"][0]["reason"] == "no_images"
+    removed = sum(n for k, n in c.items() if k.startswith("images/") and k not in ("images/in", "images/kept"))
+    assert c["images/in"] == c["images/kept"] + removed
+    for name, label in PAGES.items():
+        doc = one["docs"][label["url"]]
+        urls = [n["image_url"] for n in doc["nodes"] if n["type"] == "image"]
+        it = iter(label["image_urls"])
+        assert all(u in it for u in urls), name  # a subsequence of the labelled DOM order
+        kinds = {u: k for u, k in zip(label["image_urls"], label["kinds"])}
+        assert all(kinds[u] != "logo_icon" or "thumb" in u for u in urls), (name, [u for u in urls
+                                                                                 if kinds[u] == "logo_icon"])
+        assert doc["kind"] == "web" and doc["nodes"][0]["type"] == "text"
+    indic = one["docs"][PAGES["qa-indic-graphemes.en.html"]["url"]]
+    assert sum(1 for n in indic["nodes"] if n["type"] == "image" and n["caption"]) == 13
+
+
+def test_a_url_on_many_documents_is_chrome(tmp_path):
+    """With max_pages_per_url 1, the images of a page captured twice are on two documents: removed from
+    both, which are then text only (`no_images`); other pages keep theirs."""
+    res = _build(1, tmp_path / "out.json", max_pages=1, copies=("qa-indic-graphemes.en.html",))
+    c = res["counters"]
+    assert c["images/frequent_url"] == 2 * 13 and c["dropped/no_images"] == 3
+    assert PAGES["qa-indic-graphemes.en.html"]["url"] not in res["docs"] and len(res["docs"]) == len(PAGES) - 1
