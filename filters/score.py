@@ -1,5 +1,6 @@
-"""`curate score`: every text score the pipeline computes, added to each line of a JSONL file, so
-users can choose thresholds before filtering. No Beam; the same modules the pipeline stages call."""
+"""`curate score`: every text score the pipeline computes, added to each line of a JSONL file, with the
+verdict the stages would give, so users can choose thresholds before filtering. No Beam; the same
+modules the pipeline stages call."""
 
 from __future__ import annotations
 
@@ -11,12 +12,22 @@ from filters.quality import QualityConfig, QualityFilter
 from filters.synthetic import SyntheticTextScorer, with_lm_head
 
 
+class BadLine(ValueError):
+    """A line of the input that is not a JSON object."""
+
+
 class TextScorer:
+    """Every score of the language, quality and synthetic stages for one text, and their verdict:
+    `keep`, or the first reason in stage order, with the same config sections as a run."""
+
     def __init__(self, quality: dict | None = None, language: dict | None = None, synthetic: dict | None = None):
         language, synthetic = language or {}, synthetic or {}
         self.lid = LanguageIdentifier(language.get("model"), language.get("max_chars", 2000))
+        self.min_lang_score, self.languages = language.get("min_score", 0.5), language.get("languages")
         self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
         self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
+        self.thresholds = {name: synthetic.get(f"{name}_threshold") if synthetic.get(f"{name}_threshold") is not None
+                           else shipped for name, shipped in self.synthetic.thresholds().items()}
         self.max_chars = synthetic.get("max_chars", 1500)
         self.lm, self.lm_logit = None, synthetic.get("lm_logit")
         if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
@@ -30,19 +41,42 @@ class TextScorer:
         if self.lm is not None and scores["llm_generated_supported"]:
             d = scores["llm_lm_discrepancy"] = self.lm.score([document_sample(text, self.max_chars)])[0]
             scores["llm_generated"] = with_lm_head(scores["llm_generated"], d, self.lm_logit)
+        scores["verdict"] = self._verdict(scores)
         return scores
 
+    def _verdict(self, s: dict) -> str:
+        if s["lang_score"] < self.min_lang_score:
+            return "lang_low_confidence"
+        if self.languages and s["lang"] not in self.languages:
+            return "lang_not_allowed"
+        if s["quality_failed"]:
+            return s["quality_failed"][0]
+        for name in ("llm_generated", "poor_mt"):
+            if s[f"{name}_supported"] and s[name] >= self.thresholds[name]:
+                return name
+        return "keep"
 
-def score_jsonl(input_path: str, output_path: str, scorer: TextScorer) -> int:
-    """Adds the scores to every `{"text": ...}` line; a line without text gets `"error"`. Returns lines."""
-    n = 0
+
+def score_jsonl(input_path: str, output_path: str, scorer: TextScorer) -> tuple[int, int]:
+    """Adds the scores to every `{"text": ...}` line; a line without text gets `"error"`. Returns
+    (lines scored, lines without a text field); raises BadLine for a line that is not a JSON object."""
+    scored = skipped = 0
     with open(input_path, encoding="utf-8") as src, open(output_path, "w", encoding="utf-8") as out:
-        for line in src:
+        for number, line in enumerate(src, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BadLine(f"{input_path}:{number}: not JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise BadLine(f"{input_path}:{number}: not a JSON object")
             text = row.get("text")
-            row.update(scorer(text) if isinstance(text, str) else {"error": "no text field"})
+            if isinstance(text, str):
+                row.update(scorer(text))
+                scored += 1
+            else:
+                row["error"] = "no text field"
+                skipped += 1
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return scored, skipped

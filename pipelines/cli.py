@@ -21,12 +21,18 @@ def _run(args, beam_args):
 
 
 def _score(args, _):
-    from filters.score import TextScorer, score_jsonl
-    from pipelines.config import load_config
+    from filters.score import BadLine, TextScorer, score_jsonl
+    from pipelines.config import UserError, load_config
 
     cfg = load_config(args.config)
-    n = score_jsonl(args.input, args.output, TextScorer(cfg["quality"], cfg["language"], cfg["synthetic"]))
-    print(f"scored {n} lines -> {args.output}")
+    if not os.path.isfile(args.input):
+        raise UserError(f"--input {args.input}: no such file")
+    try:
+        scored, skipped = score_jsonl(args.input, args.output, TextScorer(cfg["quality"], cfg["language"],
+                                                                          cfg["synthetic"]))
+    except BadLine as err:
+        raise UserError(str(err)) from None
+    print(f"scored {scored} lines, {skipped} without a text field -> {args.output}")
 
 
 def _train_filter(args, _):
@@ -74,24 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:  # everything after `--` goes to Beam untouched
         i = argv.index("--")
         argv, beam_args = argv[:i], argv[i + 1:]
-    parser = argparse.ArgumentParser(prog="curate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="curate", description=(
+        "DeepSeek-V4.1-style pretraining data curation on Apache Beam: run the pipeline, inspect a run, score "
+        "texts, train the shipped filters, pretrain on the shards. `curate COMMAND --help` for each."))
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="run the pipeline (no arguments: the bundled real sample)")
+    r = sub.add_parser("run", help="run the pipeline (no arguments: the bundled real sample)",
+                       epilog="Everything after `--` goes to Beam untouched, e.g. `curate run -- "
+                              "--runner=PortableRunner --job_endpoint=localhost:8099`.")
     r.add_argument("--config", help="YAML run config (defaults: configs/local.yaml semantics)")
     r.add_argument("--input", nargs="+", help="WARC/WET paths or globs (local, gs://, s3://)")
     r.add_argument("--output", help="output folder")
-    r.add_argument("--workers", type=int, help="local worker processes (>1: multi_processing)")
+    r.add_argument("--workers", type=int, help="local worker processes, >= 1 (>1: multi_processing)")
     r.add_argument("--stages", help="comma-separated stages to (re)run; others must be finished")
     r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")
     r.set_defaults(func=_run)
     st = sub.add_parser("stages", help="every stage: what it does, its drop reasons, its config keys and defaults")
     st.set_defaults(func=_stages)
     s = sub.add_parser("stats", help="print the per-stage table of a finished run")
-    s.add_argument("dir")
+    s.add_argument("dir", help="a run's output folder (its --output)")
     s.set_defaults(func=_stats)
     sc = sub.add_parser("score", help="add every text score to each {\"text\": ...} line of a JSONL file")
-    sc.add_argument("--input", required=True)
-    sc.add_argument("--output", required=True)
+    sc.add_argument("--input", required=True, help="JSONL file, one {\"text\": ...} object per line")
+    sc.add_argument("--output", required=True, help="JSONL file written: each line with its scores and verdict")
     sc.add_argument("--config", help="run config whose quality/language/synthetic sections to use")
     sc.set_defaults(func=_score)
     tf = sub.add_parser("train-filter", help="reproduce a shipped weak-LLM / poor-MT model")
@@ -120,12 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True,
                         stream=sys.stdout)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    from pipelines.config import ConfigError
-    from pipelines.run import InputError
+    from pipelines.config import UserError
 
     try:
         args.func(args, beam_args)
-    except (ConfigError, InputError) as err:  # the user's to fix: a message, not a traceback
+    except UserError as err:  # the user's to fix: one line, exit 2 (internal errors keep their traceback)
         print(f"curate: {err}", file=sys.stderr)
         return 2
     return 0

@@ -28,7 +28,12 @@ SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 
 
-class ConfigError(ValueError):
+class UserError(ValueError):
+    """Something the user gave that cannot be used (a config, an input path, a folder): the CLI prints
+    it as one line and exits 2; anything else is an internal error (a traceback, exit 1)."""
+
+
+class ConfigError(UserError):
     """A run configuration that cannot run, named by file and key path."""
 
 

@@ -21,11 +21,11 @@ import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import io
 from pipelines.audit import audit
-from pipelines.config import ConfigError, stage_fingerprint
+from pipelines.config import ConfigError, UserError, stage_fingerprint
 from pipelines.stage import READS_INPUT
 from pipelines.stages import STAGES
 from pipelines.stats import format_table
@@ -38,7 +38,7 @@ class StageInvariantError(RuntimeError):
     """in != out + Σ dropped: a record was lost or duplicated. Always a bug, never data."""
 
 
-class InputError(ValueError):
+class InputError(UserError):
     """The run's input cannot be read as given (a pattern that matches nothing)."""
 
 
@@ -204,12 +204,14 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
     check_plan(names)
     cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
+    runner = pipeline_options(cfg).view_as(StandardOptions).runner  # options after `--` win
     summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),
-               "runner": cfg["runner"], "workers": cfg["workers"], "stages": []}
+               "runner": runner, "workers": cfg["workers"], "stages": []}
     for name in names:
         for notice in STAGES[name].notices(cfg):
             log.warning(notice)
     selected = set(stages or names)
+    reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
     upstream, upstream_fp = None, ""
     for group in plan_groups(names):
         fps = {}
@@ -250,6 +252,11 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 io.write_json(io.join(root, name, "_SUCCESS"), marker)
                 results[name] = {**stats, "reused": False}
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
+        for name in group:
+            if name == reader and not results[name]["reused"] and results[name]["out"] == 0:
+                reasons = ", ".join(f"{r}={n}" for r, n in sorted(results[name]["dropped"].items())) or "nothing read"
+                log.warning("stage %s: no documents from %d input files (%s): empty, damaged or not WARC/WET?",
+                            name, len(cfg["input_files"]), reasons)
         upstream = STAGES[group[-1]].documents
     audited = audited_stages(names)
     if audited and cfg["write_dropped"]:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pipelines import io
+from pipelines.config import UserError
 
 
 def load_summary(root: str) -> dict:
     summary = io.read_json(io.join(root, "stats", "summary.json"))
     if summary is None:
-        raise FileNotFoundError(f"no finished run under {root} (missing stats/summary.json)")
+        raise UserError(f"no finished run under {root} (no stats/summary.json); give a run's --output folder")
     return summary
 
 

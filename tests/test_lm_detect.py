@@ -172,7 +172,7 @@ def test_curate_score_adds_the_discrepancy_when_an_lm_is_configured(tiny_lm, tmp
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"text": "Rain again this morning, so the market moved indoors today."}) + "\n")
     scorer = TextScorer(DEFAULTS["quality"], DEFAULTS["language"], {**DEFAULTS["synthetic"], "lm_model": tiny_lm})
-    assert score_jsonl(str(src), str(dst), scorer) == 1
+    assert score_jsonl(str(src), str(dst), scorer) == (1, 0)
     row = json.loads(dst.read_text())
     assert isinstance(row["llm_lm_discrepancy"], float) and "llm_generated" in row
     # with a calibration the discrepancy joins llm_generated, exactly as in the pipeline stage

@@ -6,15 +6,16 @@
                  [--vocab auto|full|compact] [--attention auto|dense|segments] [--holdout-every N]
                  [--eval-tokens N] [--long-phase auto|off] [--tokens T] [--threads N] [--out FILE]
 
-`main(argv)` takes the arguments after the word `train`. It prints a log line every --log-every
-steps (loss, lr per tier, tokens/s), an evaluation line every --eval-every steps, and finally one
-JSON summary line (train loss start/end, held-out BPB, tokens, tokens/s, routing summary).
+It prints a log line every --log-every steps (loss, lr per tier, tokens/s), an evaluation line every
+--eval-every steps, and finally one JSON summary line (train loss start/end, held-out BPB, tokens,
+tokens/s, routing summary).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from trainer.loop import TrainConfig
@@ -61,18 +62,30 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The arguments after the word `train`; exit 2 with one line for the user's mistakes."""
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from pydantic import ValidationError
+
     from trainer.loop import train
 
-    config = TrainConfig(optimizer=args.optimizer, lr=args.lr, batch=args.batch, d_model=args.d_model,
-                         n_layers=args.layers, n_heads=args.heads, d_ff=args.d_ff, seed=args.seed, vocab=args.vocab,
-                         vocab_min_count=args.vocab_min_count, attention=args.attention,
-                         holdout_every=args.holdout_every, eval_tokens=args.eval_tokens, log_every=args.log_every,
-                         eval_every=args.eval_every, checkpoint_dir=args.checkpoint,
-                         checkpoint_every=args.checkpoint_every, resume=args.resume, long_phase=args.long_phase,
-                         total_tokens=args.tokens, warmup_steps=args.warmup_steps, tokenizer=args.tokenizer,
-                         threads=args.threads)
-    summary = train(args.shards, args.steps, args.device, config, log=lambda line: print(line, flush=True))
+    if not os.path.exists(args.shards):
+        return _user_error(f"--shards {args.shards}: no such folder")
+    try:
+        config = TrainConfig(optimizer=args.optimizer, lr=args.lr, batch=args.batch, d_model=args.d_model,
+                             n_layers=args.layers, n_heads=args.heads, d_ff=args.d_ff, seed=args.seed,
+                             vocab=args.vocab, vocab_min_count=args.vocab_min_count, attention=args.attention,
+                             holdout_every=args.holdout_every, eval_tokens=args.eval_tokens,
+                             log_every=args.log_every, eval_every=args.eval_every, checkpoint_dir=args.checkpoint,
+                             checkpoint_every=args.checkpoint_every, resume=args.resume,
+                             long_phase=args.long_phase,
+                             total_tokens=args.tokens, warmup_steps=args.warmup_steps, tokenizer=args.tokenizer,
+                             threads=args.threads)
+    except ValidationError as err:
+        return _user_error("; ".join(f"--{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
+    try:
+        summary = train(args.shards, args.steps, args.device, config, log=lambda line: print(line, flush=True))
+    except FileNotFoundError as err:  # no shards with sequences, no checkpoint to resume from
+        return _user_error(str(err))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=1)
@@ -90,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         "params": summary["model"]["params"], "device": summary["device"], "checkpoint": summary["checkpoint"],
     }), flush=True)
     return 0
+
+
+def _user_error(message: str) -> int:
+    print(f"curate train: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
