@@ -26,6 +26,7 @@ sequences the j-th goes to worker j % num_workers. Every sequence is read exactl
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from typing import Iterator
@@ -129,10 +130,18 @@ def read_manifest(directory: str) -> dict | None:
 
 
 def shard_files(directory: str) -> list[str]:
-    """The phase's shard files in order: the manifest's list, else every *.arrow file sorted."""
+    """The phase's shard files in order: the manifest's list, else every *.arrow file sorted. A folder
+    with neither is a mistake (a run's or the shards' folder instead of a phase's): FileNotFoundError
+    naming the phase folders below it."""
     meta = read_manifest(directory)
-    names = [s["file"] for s in meta["shards"]] if meta else sorted(
-        f for f in os.listdir(directory) if f.endswith(".arrow"))
+    if meta:
+        return [os.path.join(directory, s["file"]) for s in meta["shards"]]
+    names = sorted(f for f in os.listdir(directory) if f.endswith(".arrow")) if os.path.isdir(directory) else []
+    if not names:
+        below = sorted(os.path.relpath(os.path.dirname(m), directory)
+                       for m in glob.glob(os.path.join(directory, "**", MANIFEST), recursive=True))
+        hint = f"; phase folders below it: {', '.join(below)}" if below else ""
+        raise FileNotFoundError(f"no shards in {directory} (a phase folder holds {MANIFEST} and *.arrow){hint}")
     return [os.path.join(directory, n) for n in names]
 
 

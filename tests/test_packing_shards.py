@@ -123,3 +123,19 @@ def test_a_group_with_enough_tokens_pads_at_most_1e_4(seq_len):
     assert tokens == total and len(packed) == sequences
     assert sorted(c for _, _, chunks in packed for c in chunks) == sorted(k for k, _ in items)
     assert (sequences * seq_len - total) / (sequences * seq_len) <= 1e-4
+
+
+def test_open_shards_on_a_folder_without_shards_says_where_they_are(tmp_path):
+    """`open_shards("out/sample")` or `("out/sample/shards")` used to yield nothing; it names the phase
+    folders instead. A phase whose manifest lists no shard (too few tokens) is empty, not an error."""
+    from packing.shards import MANIFEST, open_shards
+
+    phase = tmp_path / "shards" / "pretrain"
+    phase.mkdir(parents=True)
+    (phase / MANIFEST).write_text('{"shards": []}')
+    assert list(open_shards(str(phase))) == []
+    for wrong in (tmp_path, tmp_path / "shards"):
+        with pytest.raises(FileNotFoundError, match="phase folders below it: .*pretrain"):
+            list(open_shards(str(wrong)))
+    with pytest.raises(FileNotFoundError, match="no shards in"):
+        list(open_shards(str(tmp_path / "missing")))
