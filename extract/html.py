@@ -497,3 +497,20 @@ def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 
         if clean == html:
             raise
         return extract_main_text(clean, engine, timeout_ms)
+
+
+def page_html(page: dict, max_bytes: int) -> tuple[str | None, str]:
+    """A read-stage page's HTML: its `html`, else its `payload` decoded with its `http_charset`; or
+    (None, why not): "too_large" over `max_bytes` (bytes or characters), "undecodable"."""
+    html = page.get("html")
+    if html is None:
+        payload = page.get("payload") or b""
+        if len(payload) > max_bytes:
+            return None, "too_large"
+        try:
+            html = decode_html(payload, page.get("http_charset") or "").text
+        except ExtractionError:
+            return None, "undecodable"
+    if len(html) > max_bytes:
+        return None, "too_large"
+    return html, ""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
-from extract.images import ImageRef, image_refs
+from extract.images import MARKER, ImageRef, image_refs
 
 # Subtrees that are page chrome, code or controls, not content.
 # (script, style, noscript and template the extractor skips by itself.)
@@ -33,7 +33,6 @@ CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "if
           "svg", "audio", "video", "map", "dialog")
 HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
 HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
-MARKER = re.compile("\ue000(\\d+)\ue001")
 CELL_GAP = re.compile(r"\t+")
 BULLET = re.compile(r"^\s*•\s*", re.M)
 BLANKS = re.compile(r"[ \t]*\n(?:[ \t]*\n)+")

@@ -23,3 +23,12 @@ class LanguageIdentifier:
             return "unknown", 0.0
         labels, probs = self.model.predict(sample, k=1)
         return labels[0].removeprefix("__label__"), min(float(probs[0]), 1.0)
+
+
+def language_drop(lang: str, score: float, min_score: float, languages: list[str] | None) -> str | None:
+    """The language stage's verdict: None (kept), `lang_low_confidence` or `lang_not_allowed`."""
+    if score < min_score:
+        return "lang_low_confidence"
+    if languages and lang not in languages:
+        return "lang_not_allowed"
+    return None

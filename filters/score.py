@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from filters.language import LanguageIdentifier
+from filters.language import LanguageIdentifier, language_drop
 from filters.lm_detect import SamplingDiscrepancy, document_sample
 from filters.quality import QualityConfig, QualityFilter
-from filters.synthetic import SyntheticTextScorer, with_lm_head
+from filters.synthetic import SyntheticTextScorer, drop_thresholds, synthetic_drop, with_lm_head
 
 
 class BadLine(ValueError):
@@ -26,8 +26,7 @@ class TextScorer:
         self.min_lang_score, self.languages = language.get("min_score", 0.5), language.get("languages")
         self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
         self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
-        self.thresholds = {name: synthetic.get(f"{name}_threshold") if synthetic.get(f"{name}_threshold") is not None
-                           else shipped for name, shipped in self.synthetic.thresholds().items()}
+        self.thresholds = drop_thresholds(self.synthetic.thresholds(), synthetic)
         self.max_chars = synthetic.get("max_chars", 1500)
         self.lm, self.lm_logit = None, synthetic.get("lm_logit")
         if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
@@ -45,16 +44,8 @@ class TextScorer:
         return scores
 
     def _verdict(self, s: dict) -> str:
-        if s["lang_score"] < self.min_lang_score:
-            return "lang_low_confidence"
-        if self.languages and s["lang"] not in self.languages:
-            return "lang_not_allowed"
-        if s["quality_failed"]:
-            return s["quality_failed"][0]
-        for name in ("llm_generated", "poor_mt"):
-            if s[f"{name}_supported"] and s[name] >= self.thresholds[name]:
-                return name
-        return "keep"
+        return (language_drop(s["lang"], s["lang_score"], self.min_lang_score, self.languages)
+                or (s["quality_failed"] or [None])[0] or synthetic_drop(s, self.thresholds) or "keep")
 
 
 def score_jsonl(input_path: str, output_path: str, scorer: TextScorer) -> tuple[int, int]:

@@ -358,3 +358,16 @@ class SyntheticTextScorer:
         return out
 
     __call__ = score
+
+
+def drop_thresholds(shipped: dict, cfg: dict) -> dict:
+    """The thresholds the synthetic stage drops at: `<name>_threshold` from the config, else the shipped one."""
+    return {name: cfg.get(f"{name}_threshold") if cfg.get(f"{name}_threshold") is not None else value
+            for name, value in shipped.items()}
+
+
+def synthetic_drop(scores: dict, thresholds: dict) -> str | None:
+    """The first of llm_generated / poor_mt whose model judges the language and whose probability is at
+    least its threshold, or None."""
+    return next((name for name in ("llm_generated", "poor_mt")
+                 if scores[f"{name}_supported"] and scores[name] >= thresholds[name]), None)

@@ -132,9 +132,9 @@ def describe_errors(err: ValidationError, model: type[BaseModel], where: str) ->
     """One line per wrong key: `file: section.key: what is wrong`, with a suggestion for a misspelt key."""
     lines: dict[str, str] = {}
     for e in err.errors():
-        path = _key_path(model, [p for p in e["loc"]])
+        path, at = _key_path(model, list(e["loc"]))
         if e["type"] == "extra_forbidden":
-            known = _fields_at(model, path)
+            known = list(at.model_fields) if at else []
             path.append(str(e["loc"][-1]))
             close = difflib.get_close_matches(path[-1], known, n=1)
             problem = f"unknown key; did you mean {close[0]}?" if close else f"unknown key; known: {', '.join(known)}"
@@ -147,9 +147,9 @@ def describe_errors(err: ValidationError, model: type[BaseModel], where: str) ->
     return "\n".join(lines.values())
 
 
-def _key_path(model: type[BaseModel], loc: list) -> list:
+def _key_path(model: type[BaseModel], loc: list) -> tuple[list, type[BaseModel] | None]:
     """The part of an error location that is config keys (pydantic adds union-member labels after
-    them), without the last part of an unknown key's location."""
+    them; an unknown key, the last part, is no field either), and the model the path ends in."""
     path, current, expect_key = [], model, False
     for part in loc:
         if expect_key or isinstance(part, int):
@@ -161,18 +161,7 @@ def _key_path(model: type[BaseModel], loc: list) -> list:
             break
         path.append(part)
         current, expect_key = _model_in(field.annotation)
-    return path
-
-
-def _fields_at(model: type[BaseModel], path: list) -> list[str]:
-    """Field names of the (nested) model at key path `path`."""
-    current, expect_key = model, False
-    for part in path:
-        if expect_key or isinstance(part, int):
-            expect_key = False
-            continue
-        current, expect_key = _model_in(current.model_fields[part].annotation)
-    return list(current.model_fields) if current else []
+    return path, current
 
 
 def _model_in(annotation) -> tuple[type[BaseModel] | None, bool]:

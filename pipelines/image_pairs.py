@@ -30,23 +30,20 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import xxhash
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from dedup.image import (CosineAtLeast, DedupPairs, HammingWithin, NearDupClusters, embedding_node,
                          phash_node, public_row, rank_first_use, rank_largest, rank_most_relevant)
 from dedup.near import COUNTERS
 from filters.image import DEFAULT_FORMATS
+from pipelines.stage import Section
 
 DROPPED = "dropped"
 PREFIX = "images/"
 _REF, _SHA, _FAIL, _IMG = "ref", "sha", "fail", "image"  # tags of the URL and sha256 joins
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FetchConfig(_Section):
+class FetchConfig(Section):
     """Images not in the input WARCs (extract/fetch.py). Off unless a config turns it on: the run then
     makes HTTP requests to hosts that pages name."""
 
@@ -65,7 +62,7 @@ class FetchConfig(_Section):
     batch_size: int = Field(64, gt=0, description="URLs handed to one worker's thread pool at a time")
 
 
-class PhashConfig(_Section):
+class PhashConfig(Section):
     """pHash near-duplicate images by multi-index hashing (module docstring)."""
 
     threshold: int = Field(5, ge=0, le=64, description="Hamming distance of near-duplicate 64-bit pHashes")
@@ -81,7 +78,7 @@ class PhashConfig(_Section):
         return self
 
 
-class RelevanceConfig(_Section):
+class RelevanceConfig(Section):
     model: str | None = Field(None, description="CLIPModel/SiglipModel path or hub name; null skips relevance "
                                                 "(counted as skipped_no_model)")
     threshold: float = Field(0.28, description="LAION-5B's CLIP ViT-B/32 cosine cut; set it per model")
@@ -89,7 +86,7 @@ class RelevanceConfig(_Section):
     batch_size: int = Field(32, gt=0, description="pairs per model call")
 
 
-class EmbeddingDedupConfig(_Section):
+class EmbeddingDedupConfig(Section):
     """Semantic near-duplicates: SimHash of the relevance model's image embeddings, exact cosine check."""
 
     enabled: StrictBool = Field(False, description="needs relevance.model")
@@ -102,7 +99,7 @@ class EmbeddingDedupConfig(_Section):
     max_rounds: int = Field(10, gt=0, description="connected-components rounds")
 
 
-class ImagePairsConfig(_Section):
+class ImagePairsConfig(Section):
     """Image-alt-text pairs: references and alt text (extract/images.py), decoding (filters/image.py),
     fetching, exact/near/semantic dedup and relevance."""
 
@@ -208,23 +205,16 @@ class _ExtractRefs(beam.DoFn):
     def _refs(self, page) -> tuple[list, bool, str]:
         """(image references, page opted out of AI use, failure: "" or why the page was not parsed)."""
         from extract.guard import DocumentTimeout, watchdog
-        from extract.html import ExtractionError, decode_html
+        from extract.html import page_html
         from extract.images import extract_images, page_disallows_ai
 
-        html = page.get("html")
+        html, failure = page_html(page, self.cfg["max_html_bytes"])
+        if failure:
+            return [], False, failure
         try:
-            if html is None:
-                payload = page.get("payload") or b""
-                if len(payload) > self.cfg["max_html_bytes"]:
-                    return [], False, "too_large"
-                html = decode_html(payload, page.get("http_charset") or "").text
-            if len(html) > self.cfg["max_html_bytes"]:
-                return [], False, "too_large"
             with watchdog().limit(self.cfg["timeout_ms"] / 1000):
                 refs = extract_images(html, page["url"], self.cfg["context_chars"])
                 return refs, bool(refs) and page_disallows_ai(html), ""
-        except ExtractionError:
-            return [], False, "undecodable"
         except DocumentTimeout:
             return [], False, "timeout"
 

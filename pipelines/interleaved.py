@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
 from dedup.image import SplitFrequentImageUrls
 from pipelines.io import SCORES
-from pipelines.stage import COUNTERS, DROPPED, counter, drop_row, dropped
+from pipelines.stage import COUNTERS, DROPPED, Section, counter, drop_row, dropped
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
                   ("image_sha256", pa.string()), ("alt", pa.string()), ("caption", pa.string()),
@@ -32,9 +32,7 @@ INTERLEAVED_SCHEMA = pa.schema([("id", pa.string()), ("url", pa.string()), ("war
                                 ("lang", pa.string()), ("nodes", pa.list_(NODE)), ("scores", SCORES)])
 
 
-class InterleavedConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class InterleavedConfig(Section):
     max_html_bytes: int = Field(10 << 20, gt=0, description="bigger pages are not linearised (page_too_large)")
     timeout_ms: int = Field(5000, gt=0, description="wall-clock bound per page (page_timeout)")
     min_side: int = Field(150, ge=0, description="declared width or height below this drops the image (OBELICS "
@@ -82,22 +80,15 @@ class _Linearise(beam.DoFn):
 
     def _linearise(self, page):
         from extract.guard import DocumentTimeout, watchdog
-        from extract.html import ExtractionError, decode_html
+        from extract.html import page_html
         from extract.interleaved import linearise
 
-        html = page.get("html")
+        html, failure = page_html(page, self.cfg["max_html_bytes"])
+        if failure:
+            return None, failure
         try:
-            if html is None:
-                payload = page.get("payload") or b""
-                if len(payload) > self.cfg["max_html_bytes"]:
-                    return None, "too_large"
-                html = decode_html(payload, page.get("http_charset") or "").text
-            if len(html) > self.cfg["max_html_bytes"]:
-                return None, "too_large"
             with watchdog().limit(self.cfg["timeout_ms"] / 1000):
                 return linearise(html, page["url"]), ""
-        except ExtractionError:
-            return None, "undecodable"
         except DocumentTimeout:
             return None, "timeout"
 

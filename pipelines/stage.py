@@ -54,8 +54,8 @@ COUNTERS = "counters"
 READS_INPUT, READS_PREVIOUS = "input", "previous"
 
 
-class NoSettings(BaseModel):
-    """The section of a stage without settings."""
+class Section(BaseModel):
+    """A config section: unknown keys are refused. With no fields: the section of a stage without settings."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -171,7 +171,7 @@ class Stage:
     """Base of every stage; see the module docstring for what each attribute means."""
 
     name: str
-    config: type[BaseModel] = NoSettings
+    config: type[BaseModel] = Section
     reasons: tuple[str, ...] = ()
     reads = READS_PREVIOUS
     starts_group = False

@@ -16,26 +16,22 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import CompressionTypes
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
-from pipelines.image_pairs import ImagePairsConfig
 from dedup.near import NearDedupConfig
 from filters.quality import QualityConfig
 from packing.config import PackConfig
 from pipelines import io
-from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Drop, DocumentStage, DocumentStep, Stage, counter,
-                             drop_row, dropped, register, with_scores)
+from pipelines.image_pairs import ImagePairsConfig
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Drop, DocumentStage, DocumentStep, Section, Stage,
+                             counter, drop_row, dropped, register, with_scores)
 
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
 FILE_ROWS_JSON = "file_rows.json"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 # --------------------------------------------------------------------------------------------- read
-class ReadConfig(_Section):
+class ReadConfig(Section):
     max_record_bytes: int = Field(64 << 20, gt=0, description=(
         "decompressed record cap, also the decompression-bomb guard: larger records are record_too_large"))
 
@@ -154,7 +150,7 @@ class ReadStage(Stage):
 
 
 # ------------------------------------------------------------------------------------------ extract
-class ExtractConfig(_Section):
+class ExtractConfig(Section):
     engine: Literal["resiliparse", "trafilatura"] = Field(
         "resiliparse", description="main-content extractor: resiliparse (C++, fast) or trafilatura (FineWeb's)")
     timeout_ms: int = Field(5000, gt=0, description="wall-clock bound per page; a slower page is extract_timeout")
@@ -211,7 +207,7 @@ class ExtractStage(DocumentStage):
 
 
 # ----------------------------------------------------------------------------------------- language
-class LanguageConfig(_Section):
+class LanguageConfig(Section):
     model: str | None = Field(None, description="fastText language-ID model; null = lid.176.ftz (Joulin et al. "
                                                 "2016), shipped in filters/models/")
     languages: list[str] | None = Field(None, description="null = keep every language; or a list like [en, de, zh]")
@@ -230,13 +226,13 @@ class IdentifyLanguage(DocumentStep):
         self.lid = LanguageIdentifier(io.local_copy(self.cfg["model"]), self.cfg["max_chars"])
 
     def step(self, doc):
+        from filters.language import language_drop
+
         lang, score = self.lid(doc["text"])
         doc = {**doc, "lang": lang, "lang_score": score}
-        allowed = self.cfg["languages"]
-        if score < self.cfg["min_score"]:
-            return Drop("lang_low_confidence", f"{lang}:{score:.3f}", doc)
-        if allowed and lang not in allowed:
-            return Drop("lang_not_allowed", lang, doc)
+        reason = language_drop(lang, score, self.cfg["min_score"], self.cfg["languages"])
+        if reason:
+            return Drop(reason, f"{lang}:{score:.3f}" if reason == "lang_low_confidence" else lang, doc)
         return doc
 
 
@@ -292,7 +288,7 @@ class QualityStage(DocumentStage):
 
 
 # ---------------------------------------------------------------------------------------- synthetic
-class SyntheticConfig(_Section):
+class SyntheticConfig(Section):
     """Weak-model text and poor machine translation (filters/models/MODEL_CARD.md)."""
 
     llm_model: str | None = Field(None, description="null = filters/models/llm_generated.ftz (English)")
@@ -350,13 +346,11 @@ class ScoreSyntheticText(DocumentStep):
             self.batch = cfg["lm_batch"]
 
     def setup(self):
-        from filters.synthetic import SyntheticTextScorer
+        from filters.synthetic import SyntheticTextScorer, drop_thresholds
 
         models = [io.local_copy(self.cfg[k], sidecars=(".json",)) for k in ("llm_model", "mt_model")]
         self.scorer = SyntheticTextScorer(*models, self.cfg["max_chars"]).load()
-        shipped = self.scorer.thresholds()
-        self.thresholds = {k: self.cfg[f"{k}_threshold"] if self.cfg[f"{k}_threshold"] is not None else v
-                           for k, v in shipped.items()}
+        self.thresholds = drop_thresholds(self.scorer.thresholds(), self.cfg)
         if self.cfg["lm_model"]:
             from filters.lm_detect import SamplingDiscrepancy
 
@@ -373,7 +367,7 @@ class ScoreSyntheticText(DocumentStep):
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
-        from filters.synthetic import with_lm_head
+        from filters.synthetic import synthetic_drop, with_lm_head
 
         scores = self.scorer.score(doc["text"], doc["lang"])
         discrepancy = self.discrepancies.pop(doc["id"], None)  # only for languages the llm scorer judges
@@ -382,9 +376,9 @@ class ScoreSyntheticText(DocumentStep):
         if self.lm is not None:
             values["llm_lm_discrepancy"] = discrepancy
         doc = with_scores(doc, **values)
-        for name in ("llm_generated", "poor_mt"):
-            if scores[f"{name}_supported"] and scores[name] >= self.thresholds[name]:
-                return Drop(name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}", doc)
+        name = synthetic_drop(scores, self.thresholds)
+        if name:
+            return Drop(name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}", doc)
         limit = self.cfg["lm_discrepancy_threshold"]
         if discrepancy is not None and limit is not None and discrepancy >= limit:
             return Drop("llm_generated", f"lm_discrepancy {discrepancy:.3f}>={limit}", doc)
@@ -405,7 +399,7 @@ class SyntheticStage(DocumentStage):
 
 
 # ---------------------------------------------------------------------------------------------- dedup
-class ExactDedupConfig(_Section):
+class ExactDedupConfig(Section):
     survivor: Literal["earliest_capture", "smallest_id"] = Field(
         "earliest_capture", description="which copy is kept: the first crawled (ties: smallest id), or the "
                                         "smallest id")
@@ -461,7 +455,7 @@ class NearDedupStage(_DedupStage):
 
 
 # -------------------------------------------------------------------------------------------- write
-class WriteConfig(_Section):
+class WriteConfig(Section):
     shards: int = Field(4, gt=0, description="deterministic, id-sorted Parquet shards under OUT/docs/text/ "
                                              "(also the shard count of OUT/docs/pairs and OUT/images)")
 
