@@ -471,12 +471,14 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # never in WARC hea
 def _gzip_after_damage(head: bytes) -> bool:
     """A file that does not start with a gzip header is still gzip (its first member was damaged) when
     a member that inflates to a WARC record begins before the first version line, or when its first
-    bytes hold no version line at all and are binary (a damaged plain WARC starts with header text). A
-    plain WARC may hold gzip bytes too, as a gzip-encoded HTTP body, but those inflate to the body, not
-    to a record."""
+    bytes hold no version line at all and are binary: deflate output is near-uniform bytes, one in
+    nine a control byte, where a plain WARC starts with header text, in which a damaged byte or two
+    may be control bytes but not one in 32. A plain WARC may hold gzip bytes too, as a gzip-encoded
+    HTTP body, but those inflate to the body, not to a record."""
     version = VERSION_LINE.search(head)
     if version is None:
-        return _CONTROL.search(head, 0, 256) is not None
+        start = head[:256]
+        return len(_CONTROL.findall(start)) >= max(2, len(start) // 32)
     magic = head.find(GZIP_MAGIC, 0, version.start())
     while magic >= 0:
         try:

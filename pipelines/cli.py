@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                        epilog="Everything after `--` goes to Beam untouched, e.g. `curate run -- "
                               "--runner=PortableRunner --job_endpoint=localhost:8099`.")
     r.add_argument("--config", help="YAML run config (defaults: configs/local.yaml semantics)")
-    r.add_argument("--input", nargs="+", help="WARC/WET paths or globs (local, gs://, s3://)")
+    r.add_argument("--input", nargs="+", action="extend",
+                   help="WARC/WET paths or globs (local, gs://, s3://); repeatable")
     r.add_argument("--output", help="output folder")
     r.add_argument("--workers", type=int, help="local worker processes, >= 1 (>1: multi_processing)")
     r.add_argument("--stages", help="comma-separated stages to (re)run; others must be finished")

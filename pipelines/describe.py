@@ -42,7 +42,7 @@ def _stage_block(stage: Stage, before: Stage | None, ends_group: bool) -> list[s
     writes = [f"`{stage.documents}`"] if stage.documents and ends_group else []
     writes += [f"`{o}`" for o in stage.outputs if o != stage.documents]
     lines = [f"### {stage.name}", "", inspect.cleandoc(type(stage).__doc__ or ""), "",
-             f"Reads {reads}{'' if stage.starts_group or stage.reads == READS_INPUT else ', in the same pipeline'}; "
+             f"Reads {reads}{', or their Parquet output of an earlier run' if stage.starts_group and before is not None and stage.reads != READS_INPUT else ''}; "
              f"writes {', '.join(writes) or 'stats only'} (and `dropped/{stage.name}`, `{stage.name}/stats.json`).", ""]
     reasons = stage.reasons
     lines += [f"Drop reasons: {', '.join(f'`{r}`' for r in reasons)}." if reasons else "Drops nothing.", ""]

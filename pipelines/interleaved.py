@@ -1,5 +1,8 @@
 """Interleaved image-text documents from web pages, stage 1 of the branch's increasing-cost order:
-everything that needs no image byte. Each HTML page becomes an ordered list of text and image nodes
+everything that needs no image byte. Registered as the stages `interleaved` (below), then
+`interleaved_text` (the text branch's language, quality and synthetic verdicts on the document's text),
+`interleaved_exact_dedup`, `interleaved_near_dedup` (the text branch's dedup on it) and
+`interleaved_write` (OUT/docs/interleaved, sorted shards). Each HTML page becomes an ordered list of text and image nodes
 (extract/interleaved.py); image nodes that fail the URL rules (no usable URL, `data:` URIs, tracking
 pixels, icons, chrome words, declared sizes below `min_side`), sit in page chrome, or whose URL is on
 more than `max_pages_per_url` documents of the corpus (OBELICS's site-chrome rule, a Beam combine) are
@@ -20,7 +23,10 @@ from pydantic import Field, StrictBool
 
 from dedup.image import SplitFrequentImageUrls
 from pipelines.io import SCORES
-from pipelines.stage import COUNTERS, DROPPED, Section, counter, drop_row, dropped
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
+                             counter, drop_row, dropped, register, with_scores)
+from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, NearDedupStage,
+                              ScoreSyntheticText, WriteStage)
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
                   ("image_sha256", pa.string()), ("alt", pa.string()), ("caption", pa.string()),
@@ -123,7 +129,8 @@ def _without_frequent(element):
         return
     yield counter("images/kept", kept)
     yield counter("out")
-    yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes]}
+    text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")  # what the text verdicts judge
+    yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text}
 
 
 class InterleavedResult(NamedTuple):
@@ -153,3 +160,103 @@ class BuildInterleavedDocs(beam.PTransform):
                     | "SumCounters" >> beam.CombinePerKey(sum))
         return InterleavedResult(final.docs, (docs[DROPPED], final[DROPPED]) | "AllDrops" >> beam.Flatten(),
                                  counters)
+
+
+# ------------------------------------------------------------------------------------------ stages
+class ScreenText(DocumentStep):
+    """The text branch's language, quality and synthetic-text steps, with their settings and reasons,
+    on a document's text (its text blocks joined): a page the text branch would reject is not worth
+    fetching images for. The document keeps its nodes and gains `lang` and every measured score."""
+
+    def __init__(self, stage: str, cfg: dict):
+        super().__init__(stage, cfg)
+        self.steps = [IdentifyLanguage(stage, cfg["language"]), ApplyQualityRules(stage, cfg["quality"]),
+                      ScoreSyntheticText(stage, cfg["synthetic"])]
+
+    def setup(self):
+        for sub in self.steps:
+            sub.setup()
+
+    def step(self, doc):
+        judged = {**doc, "lang": "", "lang_score": 0.0}
+        for sub in self.steps:
+            sub.prepare([judged])  # batched model calls (the LM head), one document at a time here
+            out = sub.step(judged)
+            if isinstance(out, Drop):
+                judged = out.doc or judged
+                return Drop(out.reason, out.detail, self._verdict(doc, judged))
+            judged = out
+        return self._verdict(doc, judged)
+
+    @staticmethod
+    def _verdict(doc: dict, judged: dict) -> dict:
+        """The document with the judged copy's language and scores (its text, which the quality
+        step's line filter may have cut, stays the document's own)."""
+        return with_scores({**doc, "lang": judged["lang"], "scores": judged.get("scores")},
+                           lang_score=float(judged["lang_score"]))
+
+
+@register
+class InterleavedStage(Stage):
+    """Interleaved image-text documents from the HTML pages of the run's one read, stage 1 of the
+    branch's increasing-cost order, before any image byte is touched: DOM order linearisation
+    (extract/interleaved.py), the image-URL rules, page-chrome images, and OBELICS's corpus-wide URL
+    frequency rule (`max_pages_per_url`, a Beam combine). A document left with no image is
+    `no_images` (its text stays in the text branch). Its `in` counts HTML pages; per image,
+    `images/in` = `images/kept` + `images/chrome` + `images/<URL rule>` + `images/frequent_url`."""
+
+    name, config, reads, starts_group = "interleaved", InterleavedConfig, READS_INPUT, True
+    schema, settings_from, counts_itself = INTERLEAVED_SCHEMA, ("read",), True
+    reasons = ("no_images", "page_too_large", "page_undecodable", "page_timeout", "duplicate_record")
+
+    def build(self, p, cfg, docs, root):
+        from pipelines.stages import read_warcs
+
+        res = read_warcs(p, cfg).docs | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name])
+        return Built(res.docs, res.dropped, res.counters)
+
+
+@register
+class InterleavedTextStage(DocumentStage):
+    """The text verdicts of the text branch (language, quality rules, synthetic-text scorers: the
+    `language`, `quality` and `synthetic` sections and reasons) on each interleaved document's text."""
+
+    name, step, schema = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA
+    settings_from = ("language", "quality", "synthetic")
+
+    @property
+    def reasons(self):
+        from pipelines.stages import STAGES
+
+        return tuple(r for section in self.settings_from for r in STAGES[section].reasons)
+
+    def build(self, p, cfg, docs, root):
+        step = self.step(self.name, {section: cfg[section] for section in self.settings_from})
+        res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, main="docs")
+        return Built(res.docs, res[DROPPED], res[COUNTERS])
+
+
+@register
+class InterleavedExactDedupStage(ExactDedupStage):
+    """The text branch's exact dedup (the `exact_dedup` section) on the interleaved documents' text."""
+
+    name, config, section, settings_from = "interleaved_exact_dedup", Section, "exact_dedup", ("exact_dedup",)
+    starts_group, schema = False, INTERLEAVED_SCHEMA
+
+
+@register
+class InterleavedNearDedupStage(NearDedupStage):
+    """The text branch's MinHash near dedup (the `near_dedup` section) on the interleaved documents'
+    text."""
+
+    name, config, section, settings_from = "interleaved_near_dedup", Section, "near_dedup", ("near_dedup",)
+    schema = INTERLEAVED_SCHEMA
+
+
+@register
+class InterleavedWriteStage(WriteStage):
+    """The interleaved documents, `OUT/docs/interleaved`: sharded and sorted by id as the text documents
+    (`write.shards`), byte-identical whatever the worker count."""
+
+    name, config, settings_from = "interleaved_write", Section, ("write",)
+    outputs, folder, doc_schema = ("docs/interleaved",), "docs/interleaved", INTERLEAVED_SCHEMA

@@ -146,55 +146,66 @@ class WriteSortedParquet(beam.PTransform):
 
 
 class _WriteBundleFiles(beam.DoFn):
-    """Buffers rows and writes them as Parquet files in a temp folder (pyarrow converts a whole batch
-    in C++; WriteToParquet's per-row conversion cost as much as a tenth of extraction). Emits each temp
-    path; a retried bundle's files are never committed, so retries cannot duplicate rows."""
+    """Buffers (folder, row) pairs and writes each folder's rows as Parquet files in its temp folder
+    (pyarrow converts a whole batch in C++; WriteToParquet's per-row conversion cost as much as a tenth
+    of extraction). Emits (folder, temp path); a retried bundle's files are never committed, so
+    retries cannot duplicate rows."""
 
-    def __init__(self, tmp_dir: str, schema: pa.Schema, max_rows: int = 5000, max_bytes: int = 64 << 20):
-        self.tmp_dir, self.schema, self.max_rows, self.max_bytes = tmp_dir, schema, max_rows, max_bytes
+    def __init__(self, schema: pa.Schema, max_rows: int = 5000, max_bytes: int = 64 << 20):
+        self.schema, self.max_rows, self.max_bytes = schema, max_rows, max_bytes
 
     def start_bundle(self):
-        self.rows, self.size = [], 0
+        self.rows, self.size = {}, {}
 
-    def process(self, row):
-        self.rows.append(row)
-        self.size += len(row.get("text") or "") + len(row.get("payload") or b"")  # the columns that matter
-        if len(self.rows) >= self.max_rows or self.size >= self.max_bytes:
-            yield self._flush()
+    def process(self, folder_row):
+        folder, row = folder_row
+        self.rows.setdefault(folder, []).append(row)
+        # the columns that matter for size
+        self.size[folder] = self.size.get(folder, 0) + len(row.get("text") or "") + len(row.get("payload") or b"")
+        if len(self.rows[folder]) >= self.max_rows or self.size[folder] >= self.max_bytes:
+            yield self._flush(folder)
 
     def finish_bundle(self):
-        if self.rows:
-            yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
+        for folder in sorted(self.rows):
+            if self.rows[folder]:
+                yield WindowedValue(self._flush(folder), MIN_TIMESTAMP, [GlobalWindow()])
 
-    def _flush(self) -> str:
-        path = join(self.tmp_dir, f"{uuid.uuid4().hex}.parquet")
+    def _flush(self, folder: str) -> tuple[str, str]:
+        path = join(folder, ".tmp", f"{uuid.uuid4().hex}.parquet")
         with FileSystems.create(path) as fh:
             # small row groups: the next stage's Parquet source splits at row groups, so a few large
             # files still spread evenly over the workers
-            fh.write(parquet_bytes(self.rows, self.schema, "snappy", row_group_size=500))
-        self.rows, self.size = [], 0
-        return path
+            fh.write(parquet_bytes(self.rows[folder], self.schema, "snappy", row_group_size=500))
+        self.rows[folder], self.size[folder] = [], 0
+        return folder, path
 
 
-def _commit(paths: list[str], directory: str, tmp_dir: str, schema: pa.Schema) -> int:
-    """Moves the written files into place as part-NNNNN.parquet (one empty file if there were none,
-    so the next stage always finds its input) and removes the temp folder."""
-    paths = sorted(paths)
-    if paths:
-        FileSystems.rename(paths, [join(directory, f"part-{i:05d}.parquet") for i in range(len(paths))])
-    else:
-        with FileSystems.create(join(directory, "part-00000.parquet")) as fh:
-            fh.write(parquet_bytes([], schema))
-    delete_tree(tmp_dir)
-    return len(paths)
+def _commit(written: list[tuple[str, str]], folders: list[str], schema: pa.Schema) -> int:
+    """Moves each folder's written files into place as part-NNNNN.parquet (one empty file if there
+    were none, so the next stage always finds its input) and removes the temp folders."""
+    for folder in folders:
+        paths = sorted(path for f, path in written if f == folder)
+        if paths:
+            FileSystems.rename(paths, [join(folder, f"part-{i:05d}.parquet") for i in range(len(paths))])
+        else:
+            with FileSystems.create(join(folder, "part-00000.parquet")) as fh:
+                fh.write(parquet_bytes([], schema))
+        delete_tree(join(folder, ".tmp"))
+    return len(written)
 
 
 def write_parquet(pcoll, directory: str, schema: pa.Schema, label: str):
     """Intermediate stage output (no ordering guarantee, any number of files)."""
-    tmp_dir = join(directory, ".tmp")
-    return (pcoll | f"{label}/Files" >> beam.ParDo(_WriteBundleFiles(tmp_dir, schema))
+    return write_parquet_folders(pcoll | f"{label}/Folder" >> beam.Map(lambda row: (directory, row)),
+                                 [directory], schema, label)
+
+
+def write_parquet_folders(pcoll, folders: list[str], schema: pa.Schema, label: str):
+    """(folder, row) pairs written under their folder, one of `folders` (each gets its files, or
+    one empty file): several outputs of the same schema for the cost of one write."""
+    return (pcoll | f"{label}/Files" >> beam.ParDo(_WriteBundleFiles(schema))
             | f"{label}/Paths" >> beam.combiners.ToList()
-            | f"{label}/Commit" >> beam.Map(_commit, directory, tmp_dir, schema))
+            | f"{label}/Commit" >> beam.Map(_commit, folders, schema))
 
 
 def read_parquet(p, directory: str, label: str):

@@ -1,12 +1,14 @@
-"""Stage orchestration: one Beam pipeline per group of stages, completion markers, resume, per-stage stats.
+"""Stage orchestration: one Beam pipeline per run for every group of stages not finished earlier,
+completion markers, resume, per-stage stats, the loss audit.
 Which stages exist, in which order, what each reads and writes, comes from the registry
 (pipelines/stage.py); nothing here names a stage.
 
 OUT/<stage>/        the stage's documents (Parquet) if it ends a group, stats.json and _SUCCESS (with the
-                    stage fingerprint)
+                    stage fingerprint, written inside the pipeline once the group's outputs are all
+                    written: a run killed later resumes after that group)
 OUT/dropped/<stage> every dropped document with stage, reason, detail and scores (if write_dropped)
 OUT/docs/text       final documents; OUT/docs/pdf: PDF responses for the interleaved branch
-OUT/stats/summary.json  per stage: in, out, dropped {reason: n}, extra counters, wall_s
+OUT/stats/summary.json  per stage: in, out, dropped {reason: n}, extra counters, done_s; the pipeline's wall_s
 OUT/stats/audit.json    the loss audit of the rows read, through to the final documents (pipelines/audit.py)
 """
 
@@ -24,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import io
-from pipelines.audit import audit
+from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
 from pipelines.stage import READS_INPUT
 from pipelines.stages import STAGES
@@ -52,17 +54,21 @@ def pipeline_options(cfg: dict) -> PipelineOptions:
     return PipelineOptions(args + list(cfg["beam_args"]))  # user options last: they win
 
 
-def _stats_to_json(stage_dir: str):
-    def write(pairs):
-        stats = {"in": 0, "out": 0, "dropped": {}, "extra": {}}
-        for key, n in sorted(pairs):
+def _write_stats(root: str, names: list[str]):
+    """((stage, key), n) sums of a group -> OUT/<stage>/stats.json for each stage; returns {stage: stats}."""
+    def write(sums):
+        by_stage = {name: {"in": 0, "out": 0, "dropped": {}, "extra": {}} for name in names}
+        for (name, key), n in sorted(sums):
+            stats = by_stage[name]
             if key in ("in", "out"):
                 stats[key] += n
             elif key.startswith("dropped/"):
                 stats["dropped"][key[len("dropped/"):]] = n
             else:
                 stats["extra"][key] = n
-        io.write_json(io.join(stage_dir, "stats.json"), stats)
+        for name in names:
+            io.write_json(io.join(root, name, "stats.json"), by_stage[name])
+        return by_stage
     return write
 
 
@@ -71,35 +77,71 @@ def _count_elements(pcoll, label: str, key: str):
             | f"{label}Key" >> beam.Map(lambda n, k: (k, n), key))
 
 
-def run_group(names: list[str], cfg: dict, root: str, upstream: str | None) -> dict[str, dict]:
-    """One Beam pipeline for a group of stages; per-stage counters, dropped docs and stats.json.
-    `upstream`: the folder under OUT of the documents the group's first stage reads, if it reads any."""
-    with beam.Pipeline(options=pipeline_options(cfg)) as p:
-        docs = io.read_parquet(p, io.join(root, upstream), "ReadInput") if upstream else None
-        out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
-        for name in names:
-            stage = STAGES[name]
-            inputs = docs
-            docs, drops, counters = stage.build(p, cfg, inputs, root)
-            parts = [counters]
-            if stage.counts_itself:  # its DoFn tallies in, out and drops per bundle
-                out_count = None
-            else:
-                parts.append(drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1)))
-                if inputs is not None:
-                    parts.append(_count_elements(inputs, f"{name}/In", "in") if out_count is None
-                                 else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
-                out_count = None if docs is None else _count_elements(docs, f"{name}/Out", "out")
-                if out_count is not None:
-                    parts.append(out_count)
-            if cfg["write_dropped"]:
-                io.write_parquet(drops, io.join(root, "dropped", name), io.DROP_SCHEMA, f"{name}/WriteDropped")
-            (parts | f"{name}/AllCounters" >> beam.Flatten() | f"{name}/Sum" >> beam.CombinePerKey(sum)
-             | f"{name}/Collect" >> beam.combiners.ToList()
-             | f"{name}/WriteStats" >> beam.Map(_stats_to_json(io.join(root, name))))
-        if docs is not None:
-            io.write_parquet(docs, io.join(root, STAGES[names[-1]].documents), STAGES[names[-1]].schema, "WriteDocs")
-    return {name: io.read_json(io.join(root, name, "stats.json")) for name in names}
+def holds_identity(stats: dict) -> bool:
+    return stats["in"] == stats["out"] + sum(stats["dropped"].values())
+
+
+class _MarkGroup(beam.DoFn):
+    """Writes each stage's completion marker (fingerprint, stats, the input files it read) once the
+    group's stats and every write of the group are complete (side inputs), `done_s` after the run's
+    pipeline started. A stage whose stats break in = out + Σ dropped gets no marker: the run fails
+    on it after the pipeline, and a rerun redoes it."""
+
+    def __init__(self, root: str, names: list[str], markers: dict, started: float):
+        self.root, self.names, self.markers, self.started = root, names, markers, started
+
+    def process(self, _, by_stage, *writes):
+        label, done = "+".join(self.names), round(time.time() - self.started, 2)
+        for name in self.names:
+            stats = by_stage[name]
+            if holds_identity(stats):
+                marker = {**self.markers[name], "stats": {**stats, "group": label, "done_s": done}}
+                io.write_json(io.join(self.root, name, "_SUCCESS"), marker)
+
+
+def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, started: float):
+    """Adds a group of stages to pipeline `p`: per-stage counters, dropped docs and stats.json, the
+    group's documents (Parquet) and its completion markers. `docs`: the documents the first stage
+    reads (None if it reads the input). Returns (the last stage's documents PCollection or None,
+    the group's writes)."""
+    out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
+    writes, counters, drops = [], [], []
+    for name in names:
+        stage = STAGES[name]
+        inputs = docs
+        built = stage.build(p, cfg, inputs, root)
+        docs = built.docs
+        parts = [built.counters]
+        if stage.counts_itself:  # its DoFn tallies in, out and drops per bundle
+            out_count = None
+        else:
+            parts.append(built.drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1)))
+            if inputs is not None:
+                parts.append(_count_elements(inputs, f"{name}/In", "in") if out_count is None
+                             else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
+            out_count = None if docs is None else _count_elements(docs, f"{name}/Out", "out")
+            if out_count is not None:
+                parts.append(out_count)
+        counters.append(parts | f"{name}/AllCounters" >> beam.Flatten()
+                        | f"{name}/ByStage" >> beam.Map(lambda kn, stage: ((stage, kn[0]), kn[1]), name))
+        if cfg["write_dropped"]:
+            drops.append(built.drops | f"{name}/DropFolder" >> beam.Map(
+                lambda row, folder: (folder, row), io.join(root, "dropped", name)))
+        writes += built.written
+    last = STAGES[names[-1]]
+    if drops:
+        writes.append(io.write_parquet_folders(drops | f"{last.name}/AllDrops" >> beam.Flatten(),
+                                               [io.join(root, "dropped", n) for n in names], io.DROP_SCHEMA,
+                                               f"{last.name}/WriteDropped"))
+    if docs is not None:
+        writes.append(io.write_parquet(docs, io.join(root, last.documents), last.schema, f"{last.name}/WriteDocs"))
+    stats = (counters | f"{last.name}/GroupCounters" >> beam.Flatten()
+             | f"{last.name}/Sum" >> beam.CombinePerKey(sum) | f"{last.name}/Collect" >> beam.combiners.ToList()
+             | f"{last.name}/WriteStats" >> beam.Map(_write_stats(root, names)))
+    (p | f"{last.name}/Done" >> beam.Create([None])
+     | f"{last.name}/Mark" >> beam.ParDo(_MarkGroup(root, names, markers, started), beam.pvalue.AsSingleton(stats),
+                                         *[beam.pvalue.AsList(w) for w in writes]))
+    return docs, writes
 
 
 @contextlib.contextmanager
@@ -129,8 +171,8 @@ def worker_logs_to_file(cfg: dict, root: str, label: str):
 
 
 def check_identity(name: str, stats: dict) -> None:
-    total = stats["out"] + sum(stats["dropped"].values())
-    if stats["in"] != total:
+    if not holds_identity(stats):
+        total = stats["out"] + sum(stats["dropped"].values())
         raise StageInvariantError(f"stage {name}: in={stats['in']} but out + dropped = {total}: {stats}")
 
 
@@ -155,13 +197,14 @@ def check_plan(names: list[str]) -> None:
 
 
 def audited_stages(names: list[str]) -> list[str]:
-    """The stages whose rows the loss audit follows: from a stage reading the input through the
-    stages fed by it, up to the first that ends a branch (its documents are a final output)."""
+    """The stages whose rows the loss audit follows: from a stage that reads the input and counts the
+    rows it emits per file through the stages fed by it, up to the first that ends a branch (its
+    documents are a final output)."""
     chain: list[str] = []
     for name in names:
         stage = STAGES[name]
         if stage.reads == READS_INPUT:
-            chain = [name]
+            chain = [name] if stage.counts_file_rows else []
         elif chain:
             chain.append(name)
         if chain and stage.ends_branch:
@@ -195,8 +238,21 @@ def describe_input_change(before: list[dict], now: list[dict]) -> str:
                      for label, paths in parts if paths)
 
 
+def _upstream_docs(p, root: str, folder: str, built_here: bool, previous, writes: list, label: str):
+    """The documents a group reads: the previous group's PCollection when it ran in this pipeline
+    and passes one on; its Parquet output read back once written when it ran here but its documents
+    are written by the stage itself (the final text documents); else its output of an earlier run."""
+    if built_here and previous is not None:
+        return previous
+    pattern = io.join(root, folder, "part*.parquet")
+    ready = [beam.pvalue.AsList(w) for w in writes] if built_here else []
+    return (p | f"{label}/Pattern" >> beam.Create([pattern])
+            | f"{label}/AfterWrite" >> beam.Map(lambda pat, *_: pat, *ready)
+            | f"{label}/Read" >> beam.io.ReadAllFromParquet())
+
+
 def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True) -> dict:
-    """Run the configured stages group by group, reusing finished groups whose fingerprints match."""
+    """Run the configured stages as one Beam pipeline, reusing finished groups whose fingerprints match."""
     root = cfg["output"]
     unknown = [s for s in stages or () if s not in STAGES]
     if unknown:
@@ -204,64 +260,91 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
     check_plan(names)
     cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
-    runner = pipeline_options(cfg).view_as(StandardOptions).runner  # options after `--` win
+    options = pipeline_options(cfg)
+    runner = options.view_as(StandardOptions).runner  # options after `--` win
     summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),
                "runner": runner, "workers": cfg["workers"], "stages": []}
     for name in names:
         for notice in STAGES[name].notices(cfg):
             log.warning(notice)
     selected = set(stages or names)
-    reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
-    upstream, upstream_fp = None, ""
+
+    # plan: which groups are finished with this config and input, which run
+    plan, upstream_fp = [], ""
     for group in plan_groups(names):
-        fps = {}
+        markers = {}
         for name in group:
             reads_input = STAGES[name].reads == READS_INPUT
-            fps[name] = upstream_fp = stage_fingerprint(cfg, name, None if reads_input else upstream_fp,
-                                                        STAGES[name].settings_from)
-        markers = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
-        finished = all(m and m["fingerprint"] == fps[n] for n, m in markers.items())
-        label = "+".join(group)
+            upstream_fp = stage_fingerprint(cfg, name, None if reads_input else upstream_fp,
+                                            STAGES[name].settings_from)
+            markers[name] = {"fingerprint": upstream_fp, **({"input_files": cfg["input_files"]} if reads_input else {})}
+        found = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         for name in group:
-            marker = markers[name]
-            changed = marker and marker.get("input_files") not in (None, cfg["input_files"])
+            changed = found[name] and found[name].get("input_files") not in (None, cfg["input_files"])
             if changed and STAGES[name].reads == READS_INPUT:
                 log.info("stage %s: input files changed since the last run: %s", name,
-                         describe_input_change(marker["input_files"], cfg["input_files"]))
+                         describe_input_change(found[name]["input_files"], cfg["input_files"]))
+        label = "+".join(group)
+        finished = all(m and m["fingerprint"] == markers[n]["fingerprint"] for n, m in found.items())
         if finished and not (force and selected & set(group)):
             log.info("stages %s: finished earlier with the same config, reused", label)
-            results = {n: {**markers[n]["stats"], "reused": True} for n in group}
+            plan.append((group, markers, {n: {**found[n]["stats"], "reused": True} for n in group}))
         elif not selected & set(group):
             raise RuntimeError(f"stages {label} have no finished output for this config; add them to --stages")
         else:
-            for name in group:
-                for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
-                    io.delete_tree(io.join(root, folder))
-            log.info("stages %s: running", label)
-            started = time.time()
-            reads = STAGES[group[0]].reads != READS_INPUT
-            with worker_logs_to_file(cfg, root, label):
-                results = run_group(group, cfg, root, upstream if reads else None)
-            wall = round(time.time() - started, 2)
-            for name in group:
-                stats = {**results[name], "wall_s": wall, "group": label}
-                check_identity(name, stats)
-                marker = {"fingerprint": fps[name], "stats": stats}
-                if STAGES[name].reads == READS_INPUT:
-                    marker["input_files"] = cfg["input_files"]
-                io.write_json(io.join(root, name, "_SUCCESS"), marker)
-                results[name] = {**stats, "reused": False}
-        summary["stages"] += [{"stage": n, **results[n]} for n in group]
-        for name in group:
-            if name == reader and not results[name]["reused"] and results[name]["out"] == 0:
-                reasons = ", ".join(f"{r}={n}" for r, n in sorted(results[name]["dropped"].items())) or "nothing read"
-                log.warning("stage %s: no documents from %d input files (%s): empty, damaged or not WARC/WET?",
-                            name, len(cfg["input_files"]), reasons)
-        upstream = STAGES[group[-1]].documents
+            plan.append((group, markers, None))
+
     audited = audited_stages(names)
+    audit_path = io.join(root, "stats", "audit.json")
+    runs_audited = any(results is None and set(group) & set(audited) for group, _, results in plan)
+    if runs_audited:
+        io.delete_tree(audit_path)
+    with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or not FileSystems.exists(audit_path))
+    to_run = [group for group, _, results in plan if results is None]
+    for group in to_run:
+        for name in group:
+            for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
+                io.delete_tree(io.join(root, folder))
+    if to_run or with_audit:
+        log.info("running %s in one pipeline (%s, %s worker(s))",
+                 ", ".join("+".join(g) for g in to_run) + (" and the loss audit" if with_audit else ""),
+                 runner, cfg["workers"])
+        started = time.time()
+        with worker_logs_to_file(cfg, root, "run"), beam.Pipeline(options=options) as p:
+            previous, writes, built_here, audit_ready = None, [], False, []
+            upstream = None  # the folder of the documents the previous group passes on
+            for group, markers, results in plan:
+                first = STAGES[group[0]]
+                if results is None:
+                    docs = None
+                    if first.reads != READS_INPUT:
+                        docs = _upstream_docs(p, root, upstream, built_here, previous, writes, f"{first.name}/Input")
+                    previous, writes = build_group(p, group, cfg, root, docs, markers, started)
+                    built_here = True
+                    if set(group) & set(audited):
+                        audit_ready += writes
+                else:
+                    previous, writes, built_here = None, [], False
+                upstream = STAGES[group[-1]].documents
+            if with_audit:
+                add_audit(p, root, audited, STAGES[audited[-1]].documents, audit_ready)
+        summary["wall_s"] = round(time.time() - started, 2)
+    reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
+    for group, markers, results in plan:
+        if results is None:
+            results = {}
+            for name in group:
+                marker = io.read_json(io.join(root, name, "_SUCCESS"))
+                if marker is None:  # no marker: the identity failed
+                    check_identity(name, io.read_json(io.join(root, name, "stats.json")))
+                results[name] = {**marker["stats"], "reused": False}
+            if reader in group and results[reader]["out"] == 0:
+                reasons = ", ".join(f"{r}={n}" for r, n in sorted(results[reader]["dropped"].items())) or "nothing read"
+                log.warning("stage %s: no documents from %d input files (%s): empty, damaged or not WARC/WET?",
+                            reader, len(cfg["input_files"]), reasons)
+        summary["stages"] += [{"stage": n, **results[n]} for n in group]
     if audited and cfg["write_dropped"]:
-        with worker_logs_to_file(cfg, root, "audit"):
-            summary["audit"] = audit(pipeline_options(cfg), root, audited, STAGES[audited[-1]].documents)
+        summary["audit"] = audit_report(root)
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))

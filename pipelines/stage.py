@@ -17,18 +17,23 @@ What a stage declares (class attributes):
 - `reasons`: the drop reasons it may give (the `dropped` keys of its stats);
 - `reads`: `READS_PREVIOUS` (the documents of the stage before it) or `READS_INPUT` (the run's input
   files; its fingerprint covers them);
-- `starts_group`: its input is read back from the previous stage's Parquet output instead of being fused
-  into the same Beam pipeline (where materialising pays: before a shuffle-heavy or costly stage);
+- `starts_group`: it begins a group: the stages before it write their documents (Parquet) and a
+  completion marker, so that a rerun with the same config and input resumes here, reading them back
+  (a run is one Beam pipeline; within it the documents also flow on directly);
 - `documents`: the folder under OUT its documents are in for the stages after it (default: its name;
   None: it has no documents output); `schema`: their Parquet schema;
 - `outputs`: other folders under OUT it writes, cleared before it reruns;
 - `ends_branch`: its documents are a final output; the loss audit follows every row read to here;
+- `counts_file_rows`: it reads the input and writes OUT/<name>/file_rows.json, the rows it emitted per
+  input file: the loss audit starts at such a stage;
 - `settings_from`: other config sections its output depends on (its fingerprint covers them).
 
-What a stage returns: `build(p, cfg, docs, root)` returns `(docs, drops, counters)`: its documents (or
-None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), and counters, (key, n) pairs. The
-runner writes the drops to OUT/dropped/<name>/ (with `write_dropped`), sums the counters into
-OUT/<name>/stats.json and fails the run unless in = out + Σ dropped. A `DocumentStage` counts `in`, `out`
+What a stage returns: `build(p, cfg, docs, root)` returns `Built(docs, drops, counters, written)`: its
+documents (or None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), counters, (key, n)
+pairs, and `written`: the PCollections of the writes it makes itself (its `outputs`), whose completion
+means those outputs are in place. The runner writes the drops to OUT/dropped/<name>/ (with
+`write_dropped`), sums the counters into OUT/<name>/stats.json, writes the group's completion marker
+once all of that and `written` are done, and fails the run unless in = out + Σ dropped. A `DocumentStage` counts `in`, `out`
 and `dropped/<reason>` itself (in its DoFn, per bundle); any other stage has its `in` counted from its
 input, its `out` from its documents (or a counter it emits) and its drops from its drop rows.
 
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -105,6 +111,15 @@ def _in_global_window(value):
     if isinstance(value, beam.pvalue.TaggedOutput):
         return beam.pvalue.TaggedOutput(value.tag, WindowedValue(value.value, MIN_TIMESTAMP, [GlobalWindow()]))
     return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class Built(NamedTuple):
+    """What `Stage.build` returns (see the module docstring)."""
+
+    docs: beam.PCollection | None
+    drops: beam.PCollection
+    counters: beam.PCollection
+    written: tuple = ()
 
 
 class DocumentStep(beam.DoFn):
@@ -178,6 +193,7 @@ class Stage:
     schema = io.DOC_SCHEMA
     outputs: tuple[str, ...] = ()
     ends_branch = False
+    counts_file_rows = False
     settings_from: tuple[str, ...] = ()
     counts_itself = False
 
@@ -202,7 +218,7 @@ class DocumentStage(Stage):
     def build(self, p, cfg, docs, root):
         res = docs | self.name >> beam.ParDo(self.step(self.name, cfg[self.name])).with_outputs(
             DROPPED, COUNTERS, main="docs")
-        return res.docs, res[DROPPED], res[COUNTERS]
+        return Built(res.docs, res[DROPPED], res[COUNTERS])
 
 
 STAGES: dict[str, Stage] = {}

@@ -1,16 +1,19 @@
 """The pipeline's stages, in run order: the text branch (read, extract, language, quality, synthetic,
-exact and near dedup, write), packing, and image-text pairs. The contract they follow, and the
+exact and near dedup, write), packing, image-text pairs, and interleaved documents (registered by
+pipelines/interleaved.py). The contract they follow, and the
 registry, are in pipelines/stage.py; each stage's logic lives in extract/, filters/, dedup/ and
 packing/, importable without Beam, and its DoFn here is a thin wrapper.
 
-Groups (one Beam pipeline each, documents materialised between them): read+extract,
-language+quality+synthetic, exact_dedup+near_dedup+write, pack, image_pairs.
+Groups (each writes its documents and a completion marker, so a rerun resumes after the last finished
+one; a run is one Beam pipeline): read+extract, language+quality+synthetic, exact_dedup+near_dedup+write,
+pack, image_pairs, interleaved+interleaved_text+interleaved_exact_dedup+interleaved_near_dedup+interleaved_write. The input files are read once per run, for every branch (`read_warcs`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -23,7 +26,7 @@ from filters.quality import QualityConfig
 from packing.config import PackConfig
 from pipelines import io
 from pipelines.image_pairs import ImagePairsConfig
-from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Drop, DocumentStage, DocumentStep, Section, Stage,
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Built, Drop, DocumentStage, DocumentStep, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
 
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
@@ -37,8 +40,8 @@ class ReadConfig(Section):
 
 
 class ReadWarcFile(beam.DoFn):
-    """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops, and with
-    `images` the image responses (tag 'image') for the image-text branch. Like a DocumentStep it
+    """One WARC/WET file -> raw documents (HTML/WET), PDFs (tag 'pdf'), reason-coded drops, and the
+    image responses (tag 'image') for the image branches. Like a DocumentStep it
     tallies its own `in` (records and damaged units), `out` and drops, once per file, plus
     `read/skipped_bytes` (bytes that damaged units cost) and `records/truncated` (WARC-Truncated
     captures, kept: their text is usually usable). A record id seen twice in one file (a writer that
@@ -46,9 +49,8 @@ class ReadWarcFile(beam.DoFn):
     `duplicate_record`. A file matched twice is read once (`match_inputs`); copies of a record in two
     files are exact duplicates, and the write stage keeps one row per id whatever happens between."""
 
-    def __init__(self, max_record_bytes: int, images: bool = False):
+    def __init__(self, max_record_bytes: int):
         self.max_record_bytes = max_record_bytes
-        self.images = images
 
     def process(self, readable_file):
         from extract.records import DOCUMENT_TYPES, doc_id, route
@@ -93,7 +95,7 @@ class ReadWarcFile(beam.DoFn):
                 counts["out" if where in ("html", "text") else f"dropped/{reason}"] += 1
                 if where == "drop":
                     content_type = item.http_content_type or item.identified_type
-                    if self.images and reason == "non_html_image":
+                    if reason == "non_html_image":
                         from extract.images import image_record
 
                         record = image_record(item.url, item.http_status, content_type, item.payload,
@@ -112,15 +114,35 @@ class ReadWarcFile(beam.DoFn):
         yield beam.pvalue.TaggedOutput(FILE_ROWS, (path, rows))
 
 
-def read_warcs(p, cfg, images: bool = False):
+class WarcRead(NamedTuple):
+    """The outputs of the run's one pass over its input files."""
+
+    docs: beam.PCollection      # HTML pages and WET texts (io.RAW_SCHEMA rows), spread over the workers
+    image: beam.PCollection     # image responses (extract.images.image_record)
+    pdf: beam.PCollection       # PDF responses (io.PDF_SCHEMA rows)
+    drops: beam.PCollection
+    counters: beam.PCollection
+    file_rows: beam.PCollection
+
+
+_READS: "weakref.WeakKeyDictionary[beam.Pipeline, WarcRead]" = weakref.WeakKeyDictionary()
+
+
+def read_warcs(p, cfg) -> WarcRead:
     """The input files (matched once when the run is planned: `cfg["input_files"]`) read record by
-    record, each file once."""
-    return (p | "Files" >> beam.Create(cfg["input_files"])
-            | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
-            | "Open" >> fileio.ReadMatches()
-            | "Reshuffle files" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], images)).with_outputs(
-                DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
+    record, each file once, and each pipeline reading them once: every stage that reads the input
+    (the text branch's reader, the image branches) shares this one read.
+    The documents are reshuffled: one big file must not keep extraction on one worker."""
+    if p not in _READS:
+        res = (p | "Files" >> beam.Create(cfg["input_files"])
+               | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
+               | "Open" >> fileio.ReadMatches()
+               | "Reshuffle files" >> beam.Reshuffle()
+               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"])).with_outputs(
+                   DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
+        docs = res.docs | "Spread records" >> beam.Reshuffle()
+        _READS[p] = WarcRead(docs, res.image, res.pdf, res[DROPPED], res[COUNTERS], res[FILE_ROWS])
+    return _READS[p]
 
 
 @register
@@ -134,7 +156,7 @@ class ReadStage(Stage):
     is one record. PDFs go to `OUT/docs/pdf` for the interleaved branch."""
 
     name, config, schema = "read", ReadConfig, io.RAW_SCHEMA
-    reads, starts_group, counts_itself = READS_INPUT, True, True
+    reads, starts_group, counts_itself, counts_file_rows = READS_INPUT, True, True, True
     outputs = ("docs/pdf",)
     reasons = ("record_request", "record_metadata", "record_warcinfo", "revisit", "http_<status>", "bad_http_header",
                "empty_body", "non_html", "non_html_image", "pdf_to_interleaved", "corrupt_gzip_member",
@@ -143,10 +165,11 @@ class ReadStage(Stage):
 
     def build(self, p, cfg, docs, root):
         res = read_warcs(p, cfg)
-        res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
-        (res[FILE_ROWS] | "FileRows" >> beam.combiners.ToDict()
-         | "WriteFileRows" >> beam.Map(lambda rows: io.write_json(io.join(root, self.name, FILE_ROWS_JSON), rows)))
-        return res.docs, res[DROPPED], res[COUNTERS]
+        pdfs = res.pdf | "WritePdf" >> io.WriteSortedParquet(io.join(root, "docs", "pdf"), io.PDF_SCHEMA, 1)
+        file_rows = (res.file_rows | "FileRows" >> beam.combiners.ToDict()
+                     | "WriteFileRows" >> beam.Map(
+                         lambda rows: io.write_json(io.join(root, self.name, FILE_ROWS_JSON), rows)))
+        return Built(res.docs, res.drops, res.counters, (pdfs, file_rows))
 
 
 # ------------------------------------------------------------------------------------------ extract
@@ -410,17 +433,18 @@ class _DedupStage(Stage):
     (detail), with its group size in the scores."""
 
     reason: str
+    section: str | None = None  # the config section of its settings; None: its own
 
     def transform(self, cfg: dict):
         raise NotImplementedError
 
     def build(self, p, cfg, docs, root):
-        res = docs | f"{self.name}/Dedup" >> self.transform(cfg[self.name])
+        res = docs | f"{self.name}/Dedup" >> self.transform(cfg[self.section or self.name])
         stage, reason = self.name, self.reason
         drops = res.duplicates | f"{stage}/Drops" >> beam.MapTuple(
             lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{stage}_group_size": float(size)}), stage,
                                                  reason, survivor))
-        return res.docs, drops, res.counters
+        return Built(res.docs, drops, res.counters)
 
 
 @register
@@ -460,9 +484,9 @@ class WriteConfig(Section):
                                              "(also the shard count of OUT/docs/pairs and OUT/images)")
 
 
-def _duplicate_record(row_kept):
+def _duplicate_record(row_kept, stage: str):
     row, kept = row_kept
-    return drop_row(row, "write", "duplicate_record", f"{kept['warc_file']}@{kept['warc_offset']}")
+    return drop_row(row, stage, "duplicate_record", f"{kept['warc_file']}@{kept['warc_offset']}")
 
 
 @register
@@ -474,17 +498,18 @@ class WriteStage(Stage):
 
     name, config, reasons = "write", WriteConfig, ("duplicate_record",)
     outputs, ends_branch = ("docs/text",), True
+    folder, doc_schema = "docs/text", io.DOC_SCHEMA
 
     @property
     def documents(self):
-        return "docs/text"
+        return self.folder
 
     def build(self, p, cfg, docs, root):
-        written = docs | "WriteDocs" >> io.WriteSortedParquet(io.join(root, "docs", "text"), io.DOC_SCHEMA,
-                                                              cfg["write"]["shards"], unique_ids=True)
-        counters = written.written | "OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
-        drops = written[io.DUPLICATE_IDS] | "DuplicateIds" >> beam.Map(_duplicate_record)
-        return None, drops, counters
+        written = docs | f"{self.name}/Write" >> io.WriteSortedParquet(
+            io.join(root, self.folder), self.doc_schema, cfg["write"]["shards"], unique_ids=True)
+        counters = written.written | f"{self.name}/OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
+        drops = written[io.DUPLICATE_IDS] | f"{self.name}/DuplicateIds" >> beam.Map(_duplicate_record, self.name)
+        return Built(None, drops, counters, (written.written,))
 
 
 # -------------------------------------------------------------------------------------------- pack
@@ -510,7 +535,8 @@ class PackStage(Stage):
         built = docs | "BuildShards" >> BuildShards(pack_config(cfg["pack"]), io.join(root, "shards"))
         packed = built.tokenized | "CountPacked" >> beam.Map(lambda _: ("out", 1))  # a document in the shards
         drops = built.no_tokens | "NoTokens" >> beam.Map(lambda doc: drop_row(doc, "pack", "no_tokens"))
-        return None, drops, (built.counters, packed) | "Counters" >> beam.Flatten()
+        # the phase counters are emitted after each phase's shards and manifest are written
+        return Built(None, drops, (built.counters, packed) | "Counters" >> beam.Flatten(), (built.counters,))
 
 
 # ------------------------------------------------------------------------------------------- images
@@ -526,8 +552,8 @@ def _image_drop(row_reason_detail):
 
 @register
 class ImagesStage(Stage):
-    """Image-alt-text pairs, from its own pass over the input WARCs (the text branch never carries raw
-    HTML): `<img>`/`<picture>`/srcset with alt text and page context; alt and URL rules; bytes from the
+    """Image-alt-text pairs, from the run's one read of the input WARCs (the raw pages and image
+    responses the reader emits; re-read only when the text branch finished in an earlier run): `<img>`/`<picture>`/srcset with alt text and page context; alt and URL rules; bytes from the
     WARCs' image responses (CoGroupByKey by URL), else the SSRF-safe fetcher (off unless configured);
     defensive Pillow decoding (bomb limit, truncation, CMYK/palette/alpha/animation), size and aspect
     rules; sha256 then banded-pHash dedup; optional CLIP/SigLIP relevance. Writes the pairs and the
@@ -555,9 +581,12 @@ class ImagesStage(Stage):
     def build(self, p, cfg, docs, root):
         from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
 
-        read = read_warcs(p, cfg, images=True)
+        read = read_warcs(p, cfg)
         res = (read.docs, read.image) | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
         shards = cfg["write"]["shards"]
-        res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
-        res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images"), IMAGE_SCHEMA, shards)
-        return None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters
+        pairs = res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
+        images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images"), IMAGE_SCHEMA, shards)
+        return Built(None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters, (pairs, images))
+
+
+from pipelines import interleaved  # noqa: E402,F401  registers the interleaved branch's stages, after these

@@ -14,22 +14,25 @@ def load_summary(root: str) -> dict:
 
 
 def format_table(summary: dict, top_reasons: int = 4) -> str:
-    rows = [("stage", "in", "out", "dropped", "wall_s", "top drop reasons")]
+    rows = [("stage", "in", "out", "dropped", "done_s", "top drop reasons")]
     previous_group = None
     for s in summary["stages"]:
         dropped = s.get("dropped", {})
         top = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))[:top_reasons]
         reasons = ", ".join(f"{r}={n}" for r, n in top) + (" ..." if len(dropped) > top_reasons else "")
-        # stages of one group share one Beam pipeline, hence one wall time
+        # one pipeline runs every stage, fused where Beam can: what is measured is when each group's
+        # outputs were complete, seconds after the pipeline started
         same_group = s.get("group") and s.get("group") == previous_group
         previous_group = s.get("group")
-        wall = "  fused" if same_group else f"{s.get('wall_s', 0):.1f}" + (" (reused)" if s.get("reused") else "")
-        rows.append((s["stage"], str(s["in"]), str(s["out"]), str(sum(dropped.values())), wall, reasons))
+        done = "reused" if s.get("reused") else "" if same_group else f"{s.get('done_s', 0):.1f}"
+        rows.append((s["stage"], str(s["in"]), str(s["out"]), str(sum(dropped.values())), done, reasons))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:5], widths)))
              + "  " + r[5] for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines + _phase_lines(summary) + _audit_lines(summary))
+    wall = [f"\npipeline: {summary['wall_s']:.1f} s ({summary.get('runner')}, {summary.get('workers')} "
+            f"worker(s))"] if "wall_s" in summary else []
+    return "\n".join(lines + wall + _phase_lines(summary) + _audit_lines(summary))
 
 
 def _audit_lines(summary: dict) -> list[str]:

@@ -209,3 +209,52 @@ def test_a_url_on_many_documents_is_chrome(tmp_path):
     c = res["counters"]
     assert c["images/frequent_url"] == 2 * 13 and c["dropped/no_images"] == 3
     assert PAGES["qa-indic-graphemes.en.html"]["url"] not in res["docs"] and len(res["docs"]) == len(PAGES) - 1
+
+
+def test_interleaved_branch_in_a_whole_run(tmp_path):
+    """The labelled pages as a WARC through `run` (the interleaved stages, one pipeline): per-stage
+    identities of the interleaved stages, `in` = the HTML pages, documents in docs/interleaved with
+    image nodes in labelled DOM order and no logo or icon, the same bytes with 1 and 2 workers."""
+    import pyarrow.parquet as pq
+
+    from pipelines.config import load_config
+    from pipelines.run import run
+    from tests.warc_factory import gz, response_record
+
+    warc = tmp_path / "pages.warc.gz"
+    records = [response_record(p["url"], (DATA / name).read_bytes()) for name, p in sorted(PAGES.items())]
+    records.append(response_record("https://example.org/", b"<html><body><p>Only text here, nothing else.</p>"
+                                                           b"<img src='https://example.org/site-logo.png'></body></html>"))
+    warc.write_bytes(b"".join(gz(r) for r in records))
+    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+    chain = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
+             "interleaved_write"]
+    outputs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers)
+        summary = run({**cfg, "stages": chain}, echo=False)  # the branch alone: it reads the input itself
+        outputs[workers] = {p.name: p.read_bytes() for p in sorted((out / "docs" / "interleaved").glob("*.parquet"))}
+    stages = {s["stage"]: s for s in summary["stages"]}
+    assert stages["interleaved"]["in"] == len(records)
+    assert stages["interleaved"]["dropped"] == {"no_images": 1}
+    for a, b in zip(chain, chain[1:]):
+        assert stages[b]["in"] == stages[a]["out"], b
+    for name in chain:
+        s = stages[name]
+        assert s["in"] == s["out"] + sum(s["dropped"].values()), name
+    assert outputs[1] == outputs[2] and outputs[1]
+    docs = [row for path in sorted((tmp_path / "out1" / "docs" / "interleaved").glob("*.parquet"))
+            for row in pq.read_table(path).to_pylist()]
+    assert len(docs) == stages["interleaved_write"]["out"] > 0
+    by_url = {p["url"]: p for p in PAGES.values()}
+    for doc in docs:
+        label = by_url[doc["url"]]
+        urls = [n["image_url"] for n in doc["nodes"] if n["type"] == "image"]
+        it = iter(label["image_urls"])
+        assert urls and all(u in it for u in urls), doc["url"]
+        kinds = dict(zip(label["image_urls"], label["kinds"]))
+        assert not [u for u in urls if kinds[u] == "logo_icon" and "thumb" not in u]
+        assert doc["kind"] == "web" and doc["lang"] and dict(doc["scores"])["gopher_word_count"] > 0
+    dropped = pq.read_table(tmp_path / "out1" / "dropped" / "interleaved").to_pylist()
+    assert [(d["url"], d["reason"]) for d in dropped] == [("https://example.org/", "no_images")]

@@ -166,7 +166,8 @@ def test_pack_stage_writes_a_drop_row_for_a_document_without_tokens(tmp_path):
         out.write_text(json.dumps(rows, sort_keys=True, default=str))
 
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
-        _, drops, counters = STAGES["pack"].build(p, cfg, p | beam.Create(docs), str(tmp_path))
+        built = STAGES["pack"].build(p, cfg, p | beam.Create(docs), str(tmp_path))
+        drops, counters = built.drops, built.counters
         sums = counters | beam.CombinePerKey(sum) | "Dict" >> beam.combiners.ToDict()
         ((drops | "Drops" >> beam.combiners.ToList(), sums) | beam.Flatten() | "Both" >> beam.combiners.ToList()
          | beam.Map(collect))

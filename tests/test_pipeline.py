@@ -50,7 +50,8 @@ def test_identities_hold_for_every_stage(one_worker):
     for name, s in stages.items():
         if name != "write":
             assert s["in"] == s["out"] + sum(s["dropped"].values()), name
-    text_branch = summary["stages"][:-1]  # image_pairs reads the WARCs itself; its `in` is <img> tags
+    names = list(stages)
+    text_branch = summary["stages"][:names.index("pack") + 1]  # then the image branches, from the same read
     for a, b in zip(text_branch, text_branch[1:]):
         assert b["in"] == a["out"]
     pack = stages["pack"]["extra"]
@@ -115,13 +116,65 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
                       "exact_dedup": False, "near_dedup": False, "write": False, "pack": False,
-                      "image_pairs": True}
+                      "image_pairs": True,  # the interleaved group: its text verdicts follow `quality`
+                      "interleaved": False, "interleaved_text": False, "interleaved_exact_dedup": False,
+                      "interleaved_near_dedup": False, "interleaved_write": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
     capsys.readouterr()
     assert cli_main(["stats", str(out)]) == 0
     table = capsys.readouterr().out
     assert "exact_dedup" in table and "quality" in table
+
+
+def test_a_run_is_one_pipeline_that_reads_each_file_once(tmp_path, monkeypatch):
+    """Every group runs in one Beam pipeline, and the text and image branches share one read of the
+    input: one pipeline run, one WARC reader in its graph."""
+    import apache_beam as beam
+    from pipelines import stages as stage_module
+
+    pipelines, readers = [], []
+    real_run, real_init = beam.Pipeline.run, stage_module.ReadWarcFile.__init__
+
+    def counted_run(self, *args, **kwargs):
+        pipelines.append(self)
+        return real_run(self, *args, **kwargs)
+
+    def counted_init(self, *args, **kwargs):
+        readers.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(beam.Pipeline, "run", counted_run)
+    monkeypatch.setattr(stage_module.ReadWarcFile, "__init__", counted_init)
+    summary = run(load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1), echo=False)
+    assert len(pipelines) == 1 and len(readers) == 1
+    assert [s["stage"] for s in summary["stages"]] == list(STAGES) and summary["audit"]["ok"]
+    for s in summary["stages"]:  # each group's marker was written inside the pipeline, when it was done
+        marker = json.loads((tmp_path / s["stage"] / "_SUCCESS").read_text())
+        assert 0 < marker["stats"]["done_s"] <= summary["wall_s"]
+
+
+def test_a_run_killed_after_a_group_resumes_byte_identical(one_worker, tmp_path):
+    """Markers of the groups after read+extract gone (a run killed once read+extract had finished):
+    the rerun reads extract's Parquet output back, runs the rest, and every deterministic output
+    has the bytes of the uninterrupted run (documents passed on in the pipeline and documents read
+    back from Parquet give the same results)."""
+    import shutil
+
+    out1, _ = one_worker
+    out2 = tmp_path / "out"
+    shutil.copytree(out1, out2)
+    later = [name for name in STAGES if name not in ("read", "extract")]
+    for name in later:
+        (out2 / name / "_SUCCESS").unlink()
+    summary = run(load_config(TINY, input=INPUTS, output=str(out2), workers=1), echo=False)
+    assert {s["stage"]: s["reused"] for s in summary["stages"]} == {n: n in ("read", "extract") for n in STAGES}
+    outputs = ["docs/text", "docs/pairs", "images", "shards"]
+    files = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
+    assert any(p.suffix == ".arrow" for p in files) and any(str(p).startswith("docs/text") for p in files)
+    assert files == sorted(p.relative_to(out2) for o in outputs for p in (out2 / o).rglob("*") if p.is_file())
+    for rel in files:
+        assert (out1 / rel).read_bytes() == (out2 / rel).read_bytes(), rel
 
 
 def test_damaged_input_completes_with_reasons(tmp_path):

@@ -1,0 +1,229 @@
+"""End to end: `curate run` (every stage, default config) on copies of a real WARC, with 1 and 2 local
+workers, against datatrove's FineWeb recipe (when datatrove is installed) and a bare fastwarc +
+resiliparse loop over the same files, in the same run.
+
+    python benchmarks/end_to_end.py [--warc PATH] [--pages 2000 10000] [--workers 1 2] [--tries 1]
+
+The input is the WARC copied until it holds about --pages HTML pages, each copy's WARC-Record-IDs made
+distinct (as records of different crawls would be), so every copy is read, extracted and scored; the
+texts stay the same, so dedup drops the repeats, as it would on a real re-crawl. Prints one JSON object:
+  inputs:      per size, files, pages (HTML 200 responses), bytes;
+  curate:      per size and worker count, wall_s (process start to exit, the `curate run` command),
+               pages_per_s, pages_per_s_per_core, and the summary's pipeline wall_s;
+  datatrove:   per size and task count, its version and wall_s of its FineWeb recipe (WarcReader,
+               URLFilter, resiliparse main-content extraction, language, Gopher repetition and quality,
+               C4, FineWeb quality, JsonlWriter; no dedup) with --datatrove-python;
+  bare:        pages/s of a single-process loop (read, charset, main-content extraction only);
+  speedup_2w:  curate 2 workers / 1 worker at each size; per_core_vs_datatrove when both ran;
+  fixed_s:     a rerun on the smallest input with every group finished except the last: the cost of
+               a run that does almost nothing (pipeline construction, workers, the last group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)
+DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
+CURATE = str(Path(sys.executable).with_name("curate"))
+RECORD_ID = re.compile(rb"^(WARC-Record-ID:\s*<urn:uuid:)([0-9a-fA-F-]+)>", re.M)
+
+
+def gzip_members(data: bytes):
+    """The decompressed gzip members of a WARC.gz, one by one."""
+    while data:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        yield inflater.decompress(data)
+        data = inflater.unused_data
+
+
+def copy_with_new_ids(src: Path, dest: Path, copy: int) -> None:
+    """`src` rewritten member by member with every WARC-Record-ID made unique to this copy."""
+    with open(dest, "wb") as out:
+        for member in gzip_members(src.read_bytes()):
+            member = RECORD_ID.sub(lambda m: m.group(1) + m.group(2)[:-4] + b"%04x>" % copy, member)
+            out.write(gzip.compress(member, compresslevel=1))
+
+
+def count_pages(path: Path) -> int:
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    with open(path, "rb") as fh:
+        return sum(1 for rec in ArchiveIterator(fh, record_types=WarcRecordType.response, parse_http=True)
+                   if rec.http_headers.status_code == 200 and "html" in (rec.http_content_type or ""))
+
+
+def make_input(src: Path, pages: int, folder: Path) -> dict:
+    per_copy = count_pages(src)
+    copies = max(1, round(pages / per_copy))
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i in range(copies):
+        dest = folder / f"copy-{i:04d}.warc.gz"
+        if not dest.exists():
+            copy_with_new_ids(src, dest, i)
+        files.append(dest)
+    return {"files": [str(f) for f in files], "pages": per_copy * copies,
+            "bytes": sum(f.stat().st_size for f in files)}
+
+
+def bare_loop(files: list[str]) -> tuple[int, float]:
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
+    docs, started = 0, time.perf_counter()
+    for path in files:
+        with open(path, "rb") as fh:
+            for rec in ArchiveIterator(fh, record_types=WarcRecordType.response, parse_http=True):
+                if rec.http_headers.status_code != 200 or "html" not in (rec.http_content_type or ""):
+                    continue
+                body = rec.reader.read()
+                extract_plain_text(bytes_to_str(body, rec.http_charset or detect_encoding(body)), main_content=True)
+                docs += 1
+    return docs, time.perf_counter() - started
+
+
+def curate_run(files: list[str], out: str, workers: int, extra: list[str] = ()) -> dict:
+    cmd = [CURATE, "run", "--output", out, "--workers", str(workers), *extra]
+    for f in files:
+        cmd += ["--input", f]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise RuntimeError(f"curate run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    summary = json.loads(Path(out, "stats", "summary.json").read_text())
+    return {"wall_s": round(wall, 2), "pipeline_wall_s": summary.get("wall_s"),
+            "docs_out": next(s["out"] for s in summary["stages"] if s["stage"] == "near_dedup")}
+
+
+DATATROVE_SCRIPT = r'''
+import sys, time
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.extractors.base import BaseExtractor
+from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                        GopherRepetitionFilter, LanguageFilter, URLFilter)
+from datatrove.pipeline.readers import WarcReader
+from datatrove.pipeline.writers.jsonl import JsonlWriter
+from datatrove.utils import lid
+
+folder, out, tasks, lid_model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+
+class Resiliparse(BaseExtractor):
+    # datatrove 0.10.1 ships Trafilatura and ReadabilityInscriptis; the FineWeb recipe with
+    # resiliparse's main-content extraction, as the peer figures in the issue were measured
+    name = "resiliparse"
+
+    def __init__(self, timeout: float = 1):
+        super().__init__(timeout)
+
+    def extract(self, text):
+        from resiliparse.extract.html2text import extract_plain_text
+        return extract_plain_text(text, main_content=True)
+
+
+def _local_model(self):  # no network here: the lid.176 model this repository ships (.ftz, quantized)
+    if self._model is None:
+        from fasttext.FastText import _FastText
+        self._model = _FastText(lid_model)
+    return self._model
+
+
+lid.FastTextLID.model = property(_local_model)
+started = time.perf_counter()
+LocalPipelineExecutor(pipeline=[WarcReader(folder, glob_pattern="*.warc.gz"), URLFilter(), Resiliparse(),
+                                LanguageFilter(), GopherRepetitionFilter(), GopherQualityFilter(),
+                                C4QualityFilter(filter_no_terminal_punct=False), FineWebQualityFilter(),
+                                JsonlWriter(out)],
+                      tasks=tasks, workers=tasks, logging_dir=out + "/logs").run()
+print(time.perf_counter() - started)
+'''
+
+
+def datatrove_version(python: str) -> str | None:
+    proc = subprocess.run([python, "-c", "from importlib.metadata import version; print(version('datatrove'))"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def datatrove_run(python: str, folder: str, out: str, tasks: int) -> float:
+    lid_model = str(ROOT / "filters" / "models" / "lid.176.ftz")
+    started = time.perf_counter()
+    proc = subprocess.run([python, "-c", DATATROVE_SCRIPT, folder, out, str(tasks), lid_model],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"datatrove failed: {proc.stderr[-2000:]}")
+    return round(time.perf_counter() - started, 2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
+    ap.add_argument("--pages", type=int, nargs="+", default=[2000, 10000])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--tries", type=int, default=1, help="runs per setting; the fastest is reported")
+    ap.add_argument("--work", type=Path, default=None, help="folder for the copies (kept between runs)")
+    ap.add_argument("--datatrove-python", default=sys.executable,
+                    help="a Python with datatrove[io,processing] and resiliparse installed (it pins other "
+                         "versions than ours: a venv of its own); skipped when it has no datatrove")
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.gettempdir()) / "curate-end-to-end"
+    result = {"warc": str(args.warc), "cores": os.cpu_count(), "inputs": {}, "curate": {}, "bare": {},
+              "datatrove": {"version": datatrove_version(args.datatrove_python)}}
+    for pages in args.pages:
+        inp = make_input(args.warc, pages, work / f"in-{pages}")
+        result["inputs"][pages] = {**inp, "files": len(inp["files"])}
+        docs, seconds = bare_loop(inp["files"])
+        result["bare"][pages] = {"pages": docs, "wall_s": round(seconds, 2), "pages_per_s": round(docs / seconds, 1)}
+        for workers in args.workers:
+            runs = []
+            for _ in range(args.tries):
+                out = tempfile.mkdtemp(prefix="curate-e2e-")
+                runs.append(curate_run(inp["files"], out, workers))
+                subprocess.run(["rm", "-rf", out])
+            best = min(runs, key=lambda r: r["wall_s"])
+            rate = inp["pages"] / best["wall_s"]
+            result["curate"][f"{pages}/{workers}w"] = {**best, "pages_per_s": round(rate, 1),
+                                                       "pages_per_s_per_core": round(rate / workers, 1)}
+            if result["datatrove"]["version"]:
+                dt_out = tempfile.mkdtemp(prefix="datatrove-e2e-")
+                wall = datatrove_run(args.datatrove_python, str(work / f"in-{pages}"), dt_out, workers)
+                subprocess.run(["rm", "-rf", dt_out])
+                result["datatrove"][f"{pages}/{workers}"] = {"wall_s": wall,
+                                                             "pages_per_s": round(inp["pages"] / wall, 1)}
+                ours = result["curate"][f"{pages}/{workers}w"]
+                ours["per_core_vs_datatrove"] = round(wall / best["wall_s"], 2)
+        one, two = (result["curate"].get(f"{pages}/{w}w") for w in (1, 2))
+        if one and two:
+            result.setdefault("speedup_2w", {})[pages] = round(one["wall_s"] / two["wall_s"], 2)
+    # fixed cost: everything finished except the last group
+    small = make_input(args.warc, min(args.pages), work / f"in-{min(args.pages)}")
+    out = tempfile.mkdtemp(prefix="curate-e2e-fixed-")
+    curate_run(small["files"], out, 1)
+    from pipelines.stages import STAGES
+
+    last = list(STAGES)[-1]
+    subprocess.run(["rm", "-rf", f"{out}/{last}/_SUCCESS"])
+    rerun = curate_run(small["files"], out, 1)
+    noop = curate_run(small["files"], out, 1)
+    subprocess.run(["rm", "-rf", out])
+    result["fixed_s"] = {f"last_group_{last}": rerun["wall_s"], "nothing_to_do": noop["wall_s"]}
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
