@@ -144,6 +144,15 @@ def _local_model(self):  # no network here: the lid.176 model this repository sh
 
 
 lid.FastTextLID.model = property(_local_model)
+# the task processes unpickle datatrove's own class, not the patch above: put the file where its
+# cache looks first, so nothing is downloaded there either
+import os, shutil
+from datatrove.io import cached_assets_path, strip_protocol
+cache = cached_assets_path(library_name="datatrove", namespace="lid", subfolder=lid.FT176LID.MODEL_SUBFOLDER)
+target = os.path.join(cache, strip_protocol(lid.FT176LID.MODEL_URL).replace("/", "_"))
+if not os.path.exists(target + ".completed"):
+    shutil.copyfile(lid_model, target)
+    open(target + ".completed", "w").close()
 started = time.perf_counter()
 LocalPipelineExecutor(pipeline=[WarcReader(folder, glob_pattern="*.warc.gz"), URLFilter(), Resiliparse(),
                                 LanguageFilter(), GopherRepetitionFilter(), GopherQualityFilter(),
@@ -163,10 +172,12 @@ def datatrove_version(python: str) -> str | None:
 def datatrove_run(python: str, folder: str, out: str, tasks: int) -> float:
     lid_model = str(ROOT / "filters" / "models" / "lid.176.ftz")
     started = time.perf_counter()
-    proc = subprocess.run([python, "-c", DATATROVE_SCRIPT, folder, out, str(tasks), lid_model],
-                          capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"datatrove failed: {proc.stderr[-2000:]}")
+    with tempfile.TemporaryFile("w+") as log:  # not a pipe: its pool's forkserver outlives it, holding pipes
+        proc = subprocess.run([python, "-c", DATATROVE_SCRIPT, folder, out, str(tasks), lid_model],
+                              stdout=log, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode:
+            log.seek(0)
+            raise RuntimeError(f"datatrove failed: {log.read()[-2000:]}")
     return round(time.perf_counter() - started, 2)
 
 

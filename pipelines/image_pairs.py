@@ -13,7 +13,7 @@ before downloading").
       group itself; one use survives per sha256, the others are image_exact_dup
   pHash near-duplicates (dedup/image.py: NearDupClusters, connected components from dedup.near): image_near_dup
   CLIP/SigLIP relevance (optional): low_relevance; embedding near-duplicates (optional): image_semantic_dup
-  -> pairs (one per surviving image) and image rows (OUT/images: bytes, width, height, format, phash)
+  -> pairs (one per surviving image) and image rows (OUT/images/pairs: bytes, width, height, format, phash)
 
 Joins that can be hot (a logo on a million pages: one URL, one sha256, a million refs) are a Flatten +
 GroupByKey read in two passes, as in dedup/near.py: the first pass finds the one special value (the

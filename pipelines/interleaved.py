@@ -22,6 +22,7 @@ import pyarrow as pa
 from pydantic import Field, StrictBool
 
 from dedup.image import SplitFrequentImageUrls
+from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
@@ -38,6 +39,16 @@ INTERLEAVED_SCHEMA = pa.schema([("id", pa.string()), ("url", pa.string()), ("war
                                 ("lang", pa.string()), ("nodes", pa.list_(NODE)), ("scores", SCORES)])
 
 
+class VisionConfig(Section):
+    """The trainer's vision policy, for the visual-token count of each image node (packing/vision.py)."""
+
+    patch: int = Field(14, gt=0, description="ViT patch side, px")
+    min_side: int = Field(544, gt=0, description="the shorter side is scaled up to at least this (the report's "
+                                                 "autoregressive-stage resolution: sides in [544, 1344])")
+    max_side: int = Field(1344, gt=0, description="the longer side is scaled down to at most this")
+    merge: int = Field(2, gt=0, description="spatial merge per side: tokens = (H / (patch*merge)) * (W / (patch*merge))")
+
+
 class InterleavedConfig(Section):
     max_html_bytes: int = Field(10 << 20, gt=0, description="bigger pages are not linearised (page_too_large)")
     timeout_ms: int = Field(5000, gt=0, description="wall-clock bound per page (page_timeout)")
@@ -47,6 +58,11 @@ class InterleavedConfig(Section):
                                                        "ads, badge, button), as OBELICS's URL ban words")
     max_pages_per_url: int = Field(10, ge=1, description="an image URL on more documents than this is site chrome "
                                                          "(OBELICS: 10)")
+    max_aspect: float = Field(2.0, gt=0, description="decoded: longer side / shorter side above this drops the image "
+                                                     "(OBELICS: 2); both sides must also reach min_side")
+    max_images: int = Field(30, ge=1, description="a document with more images after decoding is too_many_images "
+                                                  "(MINT-1T keeps 1-30)")
+    vision: VisionConfig = Field(default_factory=VisionConfig)
 
 
 class _Linearise(beam.DoFn):
@@ -99,6 +115,21 @@ class _Linearise(beam.DoFn):
             return None, "timeout"
 
 
+def _without_images(nodes: list[dict], removed) -> list[dict]:
+    """The nodes without the image nodes `removed(node)` is true for, the text blocks that meet
+    across a removed image joined."""
+    out = []
+    for node in nodes:
+        if node["type"] == "image":
+            if removed(node):
+                continue
+        elif out and out[-1]["type"] == "text":
+            out[-1] = {**out[-1], "text": out[-1]["text"] + "\n\n" + node["text"]}
+            continue
+        out.append(node)
+    return out
+
+
 def _without_frequent(element):
     """(doc id, {"doc": [doc], "frequent": [positions]}) -> the document without those image nodes,
     adjacent text blocks joined; or a `no_images` drop when no image is left."""
@@ -111,16 +142,8 @@ def _without_frequent(element):
     frequent = set(group["frequent"])
     if frequent:
         yield counter("images/frequent_url", len(frequent))
-    nodes = []
-    for node in doc["nodes"]:
-        if node["type"] == "image":
-            if node["position"] in frequent:
-                continue
-            node = {k: v for k, v in node.items() if k != "position"}
-        elif nodes and nodes[-1]["type"] == "text":  # the image between two text blocks was removed
-            nodes[-1] = {**nodes[-1], "text": nodes[-1]["text"] + "\n\n" + node["text"]}
-            continue
-        nodes.append(node)
+    nodes = [{k: v for k, v in n.items() if k != "position"}
+             for n in _without_images(doc["nodes"], lambda n: n["position"] in frequent)]
     kept = sum(1 for n in nodes if n["type"] == "image")
     if kept == 0:
         yield counter("dropped/no_images")
@@ -160,6 +183,130 @@ class BuildInterleavedDocs(beam.PTransform):
                     | "SumCounters" >> beam.CombinePerKey(sum))
         return InterleavedResult(final.docs, (docs[DROPPED], final[DROPPED]) | "AllDrops" >> beam.Flatten(),
                                  counters)
+
+
+# -------------------------------------------------------------------------- stage 2: the images
+def _url_outcomes(element):
+    """(sha256, {"url": [urls], "image": [(IMG, row) | (FAIL, reason, "")]}) -> (url, outcome) for each
+    URL whose bytes have that hash: ("ok", sha, width, height) or ("fail", reason, detail)."""
+    from pipelines.image_pairs import _FAIL
+
+    sha, group = element
+    (decoded,) = group["image"]
+    outcome = ("fail", decoded[1], decoded[2]) if decoded[0] == _FAIL else (
+        "ok", sha, decoded[1]["width"], decoded[1]["height"])
+    for url in group["url"]:
+        yield url, outcome
+
+
+class _AttachImages(beam.DoFn):
+    """(doc id, {"doc": [doc], "images": [(url, outcome)]}) -> the document with each image node's
+    sha256, decoded size and visual tokens, the images that failed (counted by reason) or repeat an
+    earlier node's bytes (`images/repeated_in_doc`) removed; dropped as `no_images` when none is left,
+    `too_many_images` above `max_images`. Emits the sha256 of every image a kept document uses (tag
+    "used"), for the image store."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+
+    def process(self, element):
+        from packing.vision import VisionPolicy, visual_tokens
+
+        _, group = element
+        (doc,) = group["doc"]
+        outcomes = dict(group["images"])
+        policy = VisionPolicy(**self.cfg["vision"])
+        seen, nodes = set(), []
+        yield counter("images/in", sum(1 for n in doc["nodes"] if n["type"] == "image"))
+        for node in doc["nodes"]:
+            if node["type"] == "image":
+                outcome = outcomes[node["image_url"]]
+                if outcome[0] == "fail":
+                    yield counter(f"images/{outcome[1]}")
+                    node = None
+                elif outcome[1] in seen:
+                    yield counter("images/repeated_in_doc")
+                    node = None
+                else:
+                    _, sha, width, height = outcome
+                    seen.add(sha)
+                    node = {**node, "image_sha256": sha, "width": width, "height": height,
+                            "visual_tokens": visual_tokens(width, height, policy)}
+            nodes.append(node or {"type": "removed"})
+        nodes = _without_images([n for n in nodes if n["type"] != "removed"], lambda n: False)
+        images = [n for n in nodes if n["type"] == "image"]
+        doc = {**doc, "nodes": nodes}
+        if not images:
+            yield dropped(drop_row(doc, "interleaved_images", "no_images"))
+            return
+        if len(images) > self.cfg["max_images"]:
+            yield dropped(drop_row(doc, "interleaved_images", "too_many_images", f"{len(images)} images"))
+            return
+        yield counter("images/kept", len(images))
+        yield counter("visual_tokens", sum(n["visual_tokens"] for n in images))
+        for n in images:
+            yield beam.pvalue.TaggedOutput("used", (n["image_sha256"], True))
+        yield doc
+
+
+class AttachImages(beam.PTransform):
+    """Stage 2 of the branch: (documents, the read's image responses) -> documents with their images
+    (_AttachImages), the images they use (IMAGE_SCHEMA rows, one per sha256) and counters. Each image
+    URL is resolved once: from the WARC's captures, else through the SSRF-safe fetcher when
+    `image_pairs.fetch.enabled`, else `not_in_warc`; each distinct body is decoded once, with the pairs
+    branch's defensive decoder and its limits, under this branch's size and aspect rules."""
+
+    def __init__(self, cfg: dict, pairs_cfg: dict):
+        super().__init__()
+        self.cfg, self.pairs_cfg = cfg, pairs_cfg
+
+    def expand(self, pcolls):
+        from pipelines.image_pairs import _IMG, _Decode, _Fetch, _PickCapture, _agent, _any, _hash_bytes
+
+        docs, records = pcolls
+        pairs = self.pairs_cfg
+        refs = docs | "Refs" >> beam.FlatMap(
+            lambda d: sorted({(n["image_url"], d["id"]) for n in d["nodes"] if n["type"] == "image"}))
+        needed = refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
+        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)),
+                     "stored": records | "KeyRecords" >> beam.Map(lambda r: (r["url"], r))}
+                    | "JoinCaptures" >> beam.CoGroupByKey()
+                    | "PickCapture" >> beam.ParDo(_PickCapture(_agent(pairs))).with_outputs(
+                        "missing", "failed", COUNTERS, main="bytes"))
+        counters, failed, by_url = [captures[COUNTERS]], [captures.failed], [captures.bytes]
+        if pairs["fetch"]["enabled"]:
+            fetched = (captures.missing
+                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=pairs["fetch"]["batch_size"])
+                       | "Fetch" >> beam.ParDo(_Fetch(pairs["fetch"])).with_outputs("failed", COUNTERS, main="bytes"))
+            by_url.append(fetched.bytes)
+            failed.append(fetched.failed)
+            counters.append(fetched[COUNTERS])
+        else:
+            failed.append(captures.missing | "NotInWarc" >> beam.Map(lambda u: (u, "not_in_warc", "fetch disabled")))
+        hashed = (by_url | "AllBytes" >> beam.Flatten()
+                  | "Hash" >> beam.FlatMap(_hash_bytes).with_outputs("by_sha", main="url_sha"))
+        rules = {**pairs, "min_side": self.cfg["min_side"], "max_aspect": self.cfg["max_aspect"]}
+        decoded = (hashed.by_sha | "OneCopy" >> beam.CombinePerKey(_any)
+                   | "Decode" >> beam.ParDo(_Decode(rules)).with_outputs(COUNTERS, main="images"))
+        counters.append(decoded[COUNTERS])
+        outcomes = ({"url": hashed.url_sha | "BySha" >> beam.MapTuple(lambda url, tagged: (tagged[1], url)),
+                     "image": decoded.images}
+                    | "JoinDecoded" >> beam.CoGroupByKey() | "UrlOutcome" >> beam.FlatMap(_url_outcomes))
+        refused = (failed | "AllFailed" >> beam.Flatten()
+                   | "FailOutcome" >> beam.MapTuple(lambda url, reason, detail: (url, ("fail", reason, detail))))
+        by_doc = ({"doc_ids": refs, "outcome": (outcomes, refused) | "AllOutcomes" >> beam.Flatten()}
+                  | "JoinUrl" >> beam.CoGroupByKey()
+                  | "ToDocs" >> beam.FlatMap(lambda e: [(d, (e[0], e[1]["outcome"][0])) for d in e[1]["doc_ids"]]))
+        attached = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": by_doc}
+                    | "JoinDocs" >> beam.CoGroupByKey()
+                    | "Attach" >> beam.ParDo(_AttachImages(self.cfg)).with_outputs(DROPPED, COUNTERS, "used",
+                                                                                   main="docs"))
+        counters.append(attached[COUNTERS])
+        images = ({"used": attached.used | "DistinctUsed" >> beam.Distinct(),
+                   "image": decoded.images | "KeepDecoded" >> beam.Filter(lambda e: e[1][0] == _IMG)}
+                  | "JoinUsed" >> beam.CoGroupByKey()
+                  | "UsedImages" >> beam.FlatMap(lambda e: [e[1]["image"][0][1]] if e[1]["used"] else []))
+        return attached.docs, images, attached[DROPPED], counters | "AllCounters" >> beam.Flatten()
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -251,6 +398,32 @@ class InterleavedNearDedupStage(NearDedupStage):
 
     name, config, section, settings_from = "interleaved_near_dedup", Section, "near_dedup", ("near_dedup",)
     schema = INTERLEAVED_SCHEMA
+
+
+@register
+class InterleavedImagesStage(Stage):
+    """Stage 2: the images of the surviving documents, each URL once, from the WARC's image
+    responses of the run's one read (else the fetcher when `image_pairs.fetch.enabled`), decoded once
+    per body with the pairs branch's defensive decoder and limits under this branch's `min_side` and
+    `max_aspect`, content-addressed into `OUT/images/interleaved/`; each image node gets its sha256,
+    size and visual tokens (`interleaved.vision`); failed and repeated images are removed (counted per
+    reason under `images/`: `images/in` = `images/kept` + the reasons + `images/repeated_in_doc`, plus
+    the nodes of dropped documents) and documents keep 1 to `max_images` images."""
+
+    name, starts_group, schema = "interleaved_images", True, INTERLEAVED_SCHEMA
+    settings_from, outputs = ("interleaved", "image_pairs", "write"), ("images/interleaved",)
+    reasons = ("no_images", "too_many_images")
+
+    def build(self, p, cfg, docs, root):
+        from pipelines.image_pairs import IMAGE_SCHEMA
+        from pipelines.stages import read_warcs
+
+        kept, images, drops, counters = ((docs, read_warcs(p, cfg).image)
+                                         | "interleaved_images/Attach" >> AttachImages(cfg["interleaved"],
+                                                                                       cfg["image_pairs"]))
+        written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
+            io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg["write"]["shards"])
+        return Built(kept, drops, counters, (written,))
 
 
 @register

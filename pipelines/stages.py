@@ -481,7 +481,7 @@ class NearDedupStage(_DedupStage):
 # -------------------------------------------------------------------------------------------- write
 class WriteConfig(Section):
     shards: int = Field(4, gt=0, description="deterministic, id-sorted Parquet shards under OUT/docs/text/ "
-                                             "(also the shard count of OUT/docs/pairs and OUT/images)")
+                                             "(also of OUT/docs/pairs, OUT/docs/interleaved and OUT/images/*)")
 
 
 def _duplicate_record(row_kept, stage: str):
@@ -561,7 +561,7 @@ class ImagesStage(Stage):
     be read."""
 
     name, config, reads, starts_group = "image_pairs", ImagePairsConfig, READS_INPUT, True
-    schema, outputs, settings_from = None, ("docs/pairs", "images"), ("read", "write")
+    schema, outputs, settings_from = None, ("docs/pairs", "images/pairs"), ("read", "write")
     reasons = ("no_src", "data_uri", "bad_scheme", "bad_url", "tracking_pixel", "icon_or_sprite", "declared_too_small",
                "missing_alt", "empty_alt", "filename_alt", "generic_alt", "alt_too_short", "alt_too_long",
                "alt_language", "page_noai", "page_too_large", "page_undecodable", "page_timeout", "not_in_warc",
@@ -585,7 +585,8 @@ class ImagesStage(Stage):
         res = (read.docs, read.image) | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
         shards = cfg["write"]["shards"]
         pairs = res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
-        images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images"), IMAGE_SCHEMA, shards)
+        images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images", "pairs"), IMAGE_SCHEMA,
+                                                                     shards)
         return Built(None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters, (pairs, images))
 
 

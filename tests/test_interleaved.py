@@ -211,14 +211,37 @@ def test_a_url_on_many_documents_is_chrome(tmp_path):
     assert PAGES["qa-indic-graphemes.en.html"]["url"] not in res["docs"] and len(res["docs"]) == len(PAGES) - 1
 
 
-def test_interleaved_branch_in_a_whole_run(tmp_path):
-    """The labelled pages as a WARC through `run` (the interleaved stages, one pipeline): per-stage
-    identities of the interleaved stages, `in` = the HTML pages, documents in docs/interleaved with
-    image nodes in labelled DOM order and no logo or icon, the same bytes with 1 and 2 workers."""
-    import pyarrow.parquet as pq
+INTERLEAVED = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
+               "interleaved_images", "interleaved_write"]
 
+
+def _run_branch(warc: Path, out: Path, workers: int, **sections) -> dict:
     from pipelines.config import load_config
     from pipelines.run import run
+
+    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+    cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers, **sections)
+    summary = run({**cfg, "stages": INTERLEAVED}, echo=False)  # the branch alone: it reads the input itself
+    stages = {s["stage"]: s for s in summary["stages"]}
+    for a, b in zip(INTERLEAVED, INTERLEAVED[1:]):
+        assert stages[b]["in"] == stages[a]["out"], b
+    for name in INTERLEAVED:
+        s = stages[name]
+        assert s["in"] == s["out"] + sum(s["dropped"].values()), name
+    return stages
+
+
+def _rows(folder: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return [row for path in sorted(folder.glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+def test_interleaved_stage_one_in_a_run(tmp_path):
+    """The labelled pages as a WARC through `run` (the interleaved stages, one pipeline): `in` = the
+    HTML pages; after stage 1 (text verdicts and dedup included), image nodes in labelled DOM order,
+    no logo or icon; the WARC holds no image responses, so stage 2 drops every document as
+    `no_images`, each image counted `not_in_warc`."""
     from tests.warc_factory import gz, response_record
 
     warc = tmp_path / "pages.warc.gz"
@@ -226,27 +249,10 @@ def test_interleaved_branch_in_a_whole_run(tmp_path):
     records.append(response_record("https://example.org/", b"<html><body><p>Only text here, nothing else.</p>"
                                                            b"<img src='https://example.org/site-logo.png'></body></html>"))
     warc.write_bytes(b"".join(gz(r) for r in records))
-    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
-    chain = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
-             "interleaved_write"]
-    outputs = {}
-    for workers in (1, 2):
-        out = tmp_path / f"out{workers}"
-        cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers)
-        summary = run({**cfg, "stages": chain}, echo=False)  # the branch alone: it reads the input itself
-        outputs[workers] = {p.name: p.read_bytes() for p in sorted((out / "docs" / "interleaved").glob("*.parquet"))}
-    stages = {s["stage"]: s for s in summary["stages"]}
-    assert stages["interleaved"]["in"] == len(records)
-    assert stages["interleaved"]["dropped"] == {"no_images": 1}
-    for a, b in zip(chain, chain[1:]):
-        assert stages[b]["in"] == stages[a]["out"], b
-    for name in chain:
-        s = stages[name]
-        assert s["in"] == s["out"] + sum(s["dropped"].values()), name
-    assert outputs[1] == outputs[2] and outputs[1]
-    docs = [row for path in sorted((tmp_path / "out1" / "docs" / "interleaved").glob("*.parquet"))
-            for row in pq.read_table(path).to_pylist()]
-    assert len(docs) == stages["interleaved_write"]["out"] > 0
+    stages = _run_branch(warc, tmp_path / "out", 1)
+    assert stages["interleaved"]["in"] == len(records) and stages["interleaved"]["dropped"] == {"no_images": 1}
+    docs = _rows(tmp_path / "out" / "interleaved_near_dedup")  # stage 1's documents, where stage 2 resumes
+    assert len(docs) == stages["interleaved_near_dedup"]["out"] > 0
     by_url = {p["url"]: p for p in PAGES.values()}
     for doc in docs:
         label = by_url[doc["url"]]
@@ -256,5 +262,41 @@ def test_interleaved_branch_in_a_whole_run(tmp_path):
         kinds = dict(zip(label["image_urls"], label["kinds"]))
         assert not [u for u in urls if kinds[u] == "logo_icon" and "thumb" not in u]
         assert doc["kind"] == "web" and doc["lang"] and dict(doc["scores"])["gopher_word_count"] > 0
-    dropped = pq.read_table(tmp_path / "out1" / "dropped" / "interleaved").to_pylist()
+    image_nodes = sum(1 for d in docs for n in d["nodes"] if n["type"] == "image")
+    assert stages["interleaved_images"]["dropped"] == {"no_images": len(docs)}
+    assert stages["interleaved_images"]["extra"]["images/not_in_warc"] == image_nodes
+    dropped = _rows(tmp_path / "out" / "dropped" / "interleaved")
     assert [(d["url"], d["reason"]) for d in dropped] == [("https://example.org/", "no_images")]
+
+
+def test_interleaved_images_from_the_warc(tmp_path):
+    """A real capture with its image responses (Wikipedia's 2012 main page: 100 px thumbnails, a page of
+    short lines, so min_side 64 and no FineWeb rules here): each kept image node carries the sha256
+    of bytes in OUT/images/interleaved (decoded, both sides >= min_side, aspect <= 2), its size and
+    the visual tokens of the vision policy; images/in adds up; 1 and 2 workers give the same bytes."""
+    from packing.vision import visual_tokens
+    from tests.warc_factory import DATA as FIXTURES
+
+    warc = FIXTURES / "images" / "main-page.warc.gz"
+    sections = {"interleaved": {"min_side": 64}, "quality": {"fineweb": False}}
+    stages = _run_branch(warc, tmp_path / "one", 1, **sections)
+    _run_branch(warc, tmp_path / "two", 2, **sections)
+    for folder in ("docs/interleaved", "images/interleaved"):
+        one = {p.name: p.read_bytes() for p in sorted((tmp_path / "one" / folder).glob("*.parquet"))}
+        two = {p.name: p.read_bytes() for p in sorted((tmp_path / "two" / folder).glob("*.parquet"))}
+        assert one == two and one, folder
+    docs = _rows(tmp_path / "one" / "docs" / "interleaved")
+    store = {r["sha256"]: r for r in _rows(tmp_path / "one" / "images" / "interleaved")}
+    nodes = [n for d in docs for n in d["nodes"] if n["type"] == "image"]
+    assert docs and nodes and len(nodes) == stages["interleaved_images"]["extra"]["images/kept"]
+    for n in nodes:
+        image = store[n["image_sha256"]]
+        assert (n["width"], n["height"]) == (image["width"], image["height"])
+        assert min(n["width"], n["height"]) >= 64 and max(n["width"], n["height"]) <= 2 * min(n["width"], n["height"])
+        assert n["visual_tokens"] == visual_tokens(n["width"], n["height"]) > 0
+    assert set(store) == {n["image_sha256"] for n in nodes}
+    extra = stages["interleaved_images"]["extra"]
+    removed = sum(v for k, v in extra.items() if k.startswith("images/") and k.count("/") == 1
+                  and k not in ("images/in", "images/kept", "images/from_warc", "images/decoded",
+                                "images/warc_records_unreferenced"))
+    assert extra["images/in"] == extra["images/kept"] + removed  # no document dropped here

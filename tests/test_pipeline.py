@@ -118,7 +118,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
                       "exact_dedup": False, "near_dedup": False, "write": False, "pack": False,
                       "image_pairs": True,  # the interleaved group: its text verdicts follow `quality`
                       "interleaved": False, "interleaved_text": False, "interleaved_exact_dedup": False,
-                      "interleaved_near_dedup": False, "interleaved_write": False}
+                      "interleaved_near_dedup": False, "interleaved_images": False, "interleaved_write": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
     run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
     capsys.readouterr()
