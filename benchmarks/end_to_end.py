@@ -50,11 +50,14 @@ def gzip_members(data: bytes):
 
 
 def copy_with_new_ids(src: Path, dest: Path, copy: int) -> None:
-    """`src` rewritten member by member with every WARC-Record-ID made unique to this copy."""
-    with open(dest, "wb") as out:
+    """`src` rewritten member by member with every WARC-Record-ID made unique to this copy (written
+    under a temporary name first: an interrupted copy is never taken for a finished one)."""
+    partial = dest.with_suffix(".partial")
+    with open(partial, "wb") as out:
         for member in gzip_members(src.read_bytes()):
             member = RECORD_ID.sub(lambda m: m.group(1) + m.group(2)[:-4] + b"%04x>" % copy, member)
             out.write(gzip.compress(member, compresslevel=1))
+    partial.rename(dest)
 
 
 def count_pages(path: Path) -> int:
@@ -75,7 +78,10 @@ def make_input(src: Path, pages: int, folder: Path) -> dict:
         if not dest.exists():
             copy_with_new_ids(src, dest, i)
         files.append(dest)
-    return {"files": [str(f) for f in files], "pages": per_copy * copies,
+    pages = sum(count_pages(f) for f in files)
+    if pages != per_copy * copies:
+        raise RuntimeError(f"{folder}: {pages} pages in the copies, {per_copy * copies} expected; delete it")
+    return {"files": [str(f) for f in files], "pages": pages,
             "bytes": sum(f.stat().st_size for f in files)}
 
 

@@ -45,7 +45,9 @@ class InputError(UserError):
 
 
 def pipeline_options(cfg: dict) -> PipelineOptions:
-    args = [f"--runner={cfg['runner']}"]
+    # Beam's construction-time type check costs ~40% of building the graph (about 4 of 10 s for the
+    # whole run, ~1,800 transforms) and has nothing to check: no transform here declares type hints.
+    args = [f"--runner={cfg['runner']}", "--no_pipeline_type_check"]
     if cfg["runner"] in LOCAL_RUNNERS:
         workers = int(cfg["workers"])
         mode = "multi_processing" if workers > 1 else "in_memory"
