@@ -271,9 +271,16 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             log.warning(notice)
     selected = set(stages or names)
 
-    # plan: which groups are finished with this config and input, which run
-    plan, upstream_fp = [], ""
-    for group in plan_groups(names):
+    # plan: which groups are finished with this config and input, which run, which no selected stage needs
+    groups = plan_groups(names)
+    needed, need = [False] * len(groups), False
+    for i in reversed(range(len(groups))):  # a selected group needs the groups before it, back to its reader
+        need = need or bool(selected & set(groups[i]))
+        needed[i] = need
+        if STAGES[groups[i][0]].reads == READS_INPUT:
+            need = False
+    plan, upstream_fp, skipped = [], "", []
+    for index, group in enumerate(groups):
         markers = {}
         for name in group:
             reads_input = STAGES[name].reads == READS_INPUT
@@ -291,12 +298,16 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         if finished and not (force and selected & set(group)):
             log.info("stages %s: finished earlier with the same config, reused", label)
             plan.append((group, markers, {n: {**found[n]["stats"], "reused": True} for n in group}))
+        elif not selected & set(group) and not needed[index]:
+            log.info("stages %s: not run (no stage selected with --stages needs them)", label)
+            skipped += group
         elif not selected & set(group):
-            raise RuntimeError(f"stages {label} have no finished output for this config; add them to --stages")
+            raise UserError(f"stages {label} have no finished output for this config, and the stages selected "
+                            f"after them need it; add them to --stages")
         else:
             plan.append((group, markers, None))
 
-    audited = audited_stages(names)
+    audited = audited_stages([n for n in names if n not in skipped])
     audit_path = io.join(root, "stats", "audit.json")
     runs_audited = any(results is None and set(group) & set(audited) for group, _, results in plan)
     if runs_audited:

@@ -178,6 +178,19 @@ def test_a_run_killed_after_a_group_resumes_byte_identical(one_worker, tmp_path)
         assert (out1 / rel).read_bytes() == (out2 / rel).read_bytes(), rel
 
 
+def test_selected_stages_run_without_branches_they_do_not_need(tmp_path):
+    """`--stages image_pairs` on a fresh folder runs that branch alone (it reads the input itself);
+    `--stages pack` cannot: the groups it reads from have no output."""
+    from pipelines.config import UserError
+
+    cfg = load_config(TINY, input=[str(MINI)], output=str(tmp_path), workers=1)
+    summary = run(cfg, stages=["image_pairs"], echo=False)
+    assert [s["stage"] for s in summary["stages"]] == ["image_pairs"] and "audit" not in summary
+    assert not (tmp_path / "read" / "_SUCCESS").exists() and (tmp_path / "image_pairs" / "_SUCCESS").exists()
+    with pytest.raises(UserError, match="stages read\\+extract have no finished output"):
+        run(cfg, stages=["pack"], echo=False)
+
+
 def test_damaged_input_completes_with_reasons(tmp_path):
     members = real_members()
     is_response = [b"WARC-Type: response" in gzip.decompress(m)[:600] for m in members]
