@@ -47,14 +47,6 @@ def _repeats(pcoll, label: str):
             | f"{label}/Sample" >> beam.combiners.Top.Of(SAMPLE, reverse=True))
 
 
-def _after(p, value, ready, label: str):
-    """`value` as a one-element PCollection available only once every PCollection in `ready` is
-    complete (a side input is computed in full before its consumer runs): a read of files another
-    part of the same pipeline writes."""
-    waits = [beam.pvalue.AsList(r) for r in ready]
-    return p | f"{label}/Value" >> beam.Create([value]) | f"{label}/After" >> beam.Map(lambda v, *_: v, *waits)
-
-
 def add_audit(p, root: str, stages: list[str], kept_place: str, ready: list) -> None:
     """Adds the audit to pipeline `p`: over the final documents (`kept_place` under root) and
     `dropped/<stage>` of `stages`, the first of which read the input, read once every PCollection in
@@ -63,14 +55,14 @@ def add_audit(p, root: str, stages: list[str], kept_place: str, ready: list) -> 
     places = [kept_place] + [f"dropped/{s}" for s in stages]
     kept_folder = io.join(root, kept_place)
     patterns = [io.join(root, place, "part*.parquet") for place in places]
-    read = (_after(p, patterns, ready, "Audit/Patterns") | "Audit/EachPattern" >> beam.FlatMap(lambda ps: ps)
+    read = (io.after(p, patterns, ready, "Audit/Patterns") | "Audit/EachPattern" >> beam.FlatMap(lambda ps: ps)
             | "Audit/Read" >> beam.io.ReadAllFromParquet(columns=["id", "warc_file", "warc_offset"],
                                                          with_filename=True)
             | "Audit/Place" >> beam.Map(lambda fr: (fr[0].startswith(kept_folder + "/"), fr[1])))
     rows = read | "Audit/Rows" >> beam.Values()
     kept = read | "Audit/Kept" >> beam.Filter(lambda kr: kr[0]) | "Audit/KeptRows" >> beam.Values()
     found = rows | "Audit/FileOf" >> beam.Map(lambda r: (r["warc_file"] or "", 1))
-    emitted_rows = (_after(p, io.join(root, stages[0], FILE_ROWS_JSON), ready, "Audit/FileRows")
+    emitted_rows = (io.after(p, io.join(root, stages[0], FILE_ROWS_JSON), ready, "Audit/FileRows")
                     | "Audit/ReadFileRows" >> beam.Map(lambda path: io.read_json(path) or {}))
     emitted = emitted_rows | "Audit/Emitted" >> beam.FlatMap(lambda rows: sorted(rows.items()))
     results = {

@@ -409,6 +409,50 @@ class _Score(beam.DoFn):
 
 
 # --------------------------------------------------------------------------------------- transform
+class ImageBytesResult(NamedTuple):
+    url_sha: beam.PCollection   # (url, (SHA, sha256)) for each URL that has bytes
+    decoded: beam.PCollection   # (sha256, (IMG, image row) | (FAIL, reason, "")), one per distinct body
+    failed: beam.PCollection    # (url, reason, detail) for each URL without bytes
+    counters: beam.PCollection  # (key, n)
+
+
+class ImageBytes(beam.PTransform):
+    """(distinct image URLs, the read's image records) -> ImageBytesResult: each URL's bytes once, from
+    its WARC capture (_PickCapture), else through the SSRF-safe fetcher when `fetch.enabled`, else
+    `not_in_warc`; each distinct body decoded once under `decode` (default: `cfg`'s own limits). The
+    pairs and interleaved branches share it."""
+
+    def __init__(self, cfg: dict, decode: dict | None = None):
+        super().__init__()
+        self.cfg, self.decode = cfg, decode or cfg
+
+    def expand(self, pcolls):
+        needed, records = pcolls
+        cfg = self.cfg
+        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)),
+                     "stored": records | "KeyRecords" >> beam.Map(lambda r: (r["url"], r))}
+                    | "JoinCaptures" >> beam.CoGroupByKey()
+                    | "PickCapture" >> beam.ParDo(_PickCapture(_agent(cfg))).with_outputs(
+                        "missing", "failed", COUNTERS, main="bytes"))
+        counters, failed, by_url = [captures[COUNTERS]], [captures.failed], [captures.bytes]
+        if cfg["fetch"]["enabled"]:
+            fetched = (captures.missing
+                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=cfg["fetch"]["batch_size"])
+                       | "Fetch" >> beam.ParDo(_Fetch(cfg["fetch"])).with_outputs("failed", COUNTERS, main="bytes"))
+            by_url.append(fetched.bytes)
+            failed.append(fetched.failed)
+            counters.append(fetched[COUNTERS])
+        else:
+            failed.append(captures.missing | "NotInWarc" >> beam.Map(lambda u: (u, "not_in_warc", "fetch disabled")))
+        hashed = (by_url | "AllBytes" >> beam.Flatten()
+                  | "Hash" >> beam.FlatMap(_hash_bytes).with_outputs("by_sha", main="url_sha"))
+        decoded = (hashed.by_sha | "OneCopy" >> beam.CombinePerKey(_any)
+                   | "Decode" >> beam.ParDo(_Decode(self.decode)).with_outputs(COUNTERS, main="images"))
+        counters.append(decoded[COUNTERS])
+        return ImageBytesResult(hashed.url_sha, decoded.images, failed | "AllFailed" >> beam.Flatten(),
+                                counters | "AllCounters" >> beam.Flatten())
+
+
 class ImagePairsResult(NamedTuple):
     pairs: beam.PCollection     # PAIR_SCHEMA rows, one per kept image
     images: beam.PCollection    # IMAGE_SCHEMA rows (id = sha256), one per kept pair's image
@@ -439,42 +483,18 @@ class ImagePairs(beam.PTransform):
         counters.append(refs[COUNTERS])
         drops.append(refs[DROPPED])
 
-        # bytes per distinct URL: the WARC capture, else a fetch
         needed = refs.refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
-        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)),
-                     "stored": records | "KeyRecords" >> beam.Map(lambda r: (r["url"], r))}
-                    | "JoinCaptures" >> beam.CoGroupByKey()
-                    | "PickCapture" >> beam.ParDo(_PickCapture(_agent(cfg))).with_outputs(
-                        "missing", "failed", COUNTERS, main="bytes"))
-        counters.append(captures[COUNTERS])
-        failed = [captures.failed]
-        by_url = [captures.bytes]
-        if cfg["fetch"]["enabled"]:
-            fetched = (captures.missing
-                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=cfg["fetch"]["batch_size"])
-                       | "Fetch" >> beam.ParDo(_Fetch(cfg["fetch"])).with_outputs("failed", COUNTERS, main="bytes"))
-            by_url.append(fetched.bytes)
-            failed.append(fetched.failed)
-            counters.append(fetched[COUNTERS])
-        else:
-            failed.append(captures.missing | "NotInWarc" >> beam.Map(lambda u: (u, "not_in_warc", "fetch disabled")))
-        hashed = (by_url | "AllBytes" >> beam.Flatten()
-                  | "Hash" >> beam.FlatMap(_hash_bytes).with_outputs("by_sha", main="url_sha"))
-
-        # decode each distinct image once
-        decoded = (hashed.by_sha | "OneCopy" >> beam.CombinePerKey(_any)
-                   | "Decode" >> beam.ParDo(_Decode(cfg)).with_outputs(COUNTERS, main="images"))
-        counters.append(decoded[COUNTERS])
+        got = (needed, records) | "ImageBytes" >> ImageBytes(cfg)
+        counters.append(got.counters)
 
         # refs -> sha256 (by URL), then the exact-duplicate group (by sha256)
         resolved = ((refs.refs | "TagRefs" >> beam.MapTuple(lambda url, row: (url, (_REF, row))),
-                     hashed.url_sha,
-                     failed | "AllFailed" >> beam.Flatten()
-                     | "TagFailed" >> beam.MapTuple(lambda url, reason, detail: (url, (_FAIL, reason, detail))))
+                     got.url_sha,
+                     got.failed | "TagFailed" >> beam.MapTuple(lambda url, reason, detail: (url, (_FAIL, reason, detail))))
                     | "FlattenUrl" >> beam.Flatten() | "GroupUrl" >> beam.GroupByKey()
                     | "ResolveUrl" >> beam.ParDo(_ResolveUrl()).with_outputs(DROPPED, main="refs"))
         drops.append(resolved[DROPPED])
-        exact = ((resolved.refs, decoded.images) | "FlattenSha" >> beam.Flatten()
+        exact = ((resolved.refs, got.decoded) | "FlattenSha" >> beam.Flatten()
                  | "GroupSha" >> beam.GroupByKey()
                  | "AttachImage" >> beam.ParDo(_AttachImage()).with_outputs(DROPPED, COUNTERS, main="pairs"))
         drops.append(exact[DROPPED])

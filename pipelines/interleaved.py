@@ -232,8 +232,8 @@ class _AttachImages(beam.DoFn):
                     seen.add(sha)
                     node = {**node, "image_sha256": sha, "width": width, "height": height,
                             "visual_tokens": visual_tokens(width, height, policy)}
-            nodes.append(node or {"type": "removed"})
-        nodes = _without_images([n for n in nodes if n["type"] != "removed"], lambda n: False)
+            nodes.append(node or {"type": "image", "removed": True})
+        nodes = _without_images(nodes, lambda n: n.get("removed"))
         images = [n for n in nodes if n["type"] == "image"]
         doc = {**doc, "nodes": nodes}
         if not images:
@@ -261,38 +261,19 @@ class AttachImages(beam.PTransform):
         self.cfg, self.pairs_cfg = cfg, pairs_cfg
 
     def expand(self, pcolls):
-        from pipelines.image_pairs import _IMG, _Decode, _Fetch, _PickCapture, _agent, _any, _hash_bytes
+        from pipelines.image_pairs import _IMG, ImageBytes
 
         docs, records = pcolls
-        pairs = self.pairs_cfg
         refs = docs | "Refs" >> beam.FlatMap(
             lambda d: sorted({(n["image_url"], d["id"]) for n in d["nodes"] if n["type"] == "image"}))
         needed = refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
-        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)),
-                     "stored": records | "KeyRecords" >> beam.Map(lambda r: (r["url"], r))}
-                    | "JoinCaptures" >> beam.CoGroupByKey()
-                    | "PickCapture" >> beam.ParDo(_PickCapture(_agent(pairs))).with_outputs(
-                        "missing", "failed", COUNTERS, main="bytes"))
-        counters, failed, by_url = [captures[COUNTERS]], [captures.failed], [captures.bytes]
-        if pairs["fetch"]["enabled"]:
-            fetched = (captures.missing
-                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=pairs["fetch"]["batch_size"])
-                       | "Fetch" >> beam.ParDo(_Fetch(pairs["fetch"])).with_outputs("failed", COUNTERS, main="bytes"))
-            by_url.append(fetched.bytes)
-            failed.append(fetched.failed)
-            counters.append(fetched[COUNTERS])
-        else:
-            failed.append(captures.missing | "NotInWarc" >> beam.Map(lambda u: (u, "not_in_warc", "fetch disabled")))
-        hashed = (by_url | "AllBytes" >> beam.Flatten()
-                  | "Hash" >> beam.FlatMap(_hash_bytes).with_outputs("by_sha", main="url_sha"))
-        rules = {**pairs, "min_side": self.cfg["min_side"], "max_aspect": self.cfg["max_aspect"]}
-        decoded = (hashed.by_sha | "OneCopy" >> beam.CombinePerKey(_any)
-                   | "Decode" >> beam.ParDo(_Decode(rules)).with_outputs(COUNTERS, main="images"))
-        counters.append(decoded[COUNTERS])
-        outcomes = ({"url": hashed.url_sha | "BySha" >> beam.MapTuple(lambda url, tagged: (tagged[1], url)),
-                     "image": decoded.images}
+        rules = {**self.pairs_cfg, "min_side": self.cfg["min_side"], "max_aspect": self.cfg["max_aspect"]}
+        got = (needed, records) | "ImageBytes" >> ImageBytes(self.pairs_cfg, rules)
+        counters = [got.counters]
+        outcomes = ({"url": got.url_sha | "BySha" >> beam.MapTuple(lambda url, tagged: (tagged[1], url)),
+                     "image": got.decoded}
                     | "JoinDecoded" >> beam.CoGroupByKey() | "UrlOutcome" >> beam.FlatMap(_url_outcomes))
-        refused = (failed | "AllFailed" >> beam.Flatten()
+        refused = (got.failed
                    | "FailOutcome" >> beam.MapTuple(lambda url, reason, detail: (url, ("fail", reason, detail))))
         by_doc = ({"doc_ids": refs, "outcome": (outcomes, refused) | "AllOutcomes" >> beam.Flatten()}
                   | "JoinUrl" >> beam.CoGroupByKey()
@@ -303,7 +284,7 @@ class AttachImages(beam.PTransform):
                                                                                    main="docs"))
         counters.append(attached[COUNTERS])
         images = ({"used": attached.used | "DistinctUsed" >> beam.Distinct(),
-                   "image": decoded.images | "KeepDecoded" >> beam.Filter(lambda e: e[1][0] == _IMG)}
+                   "image": got.decoded | "KeepDecoded" >> beam.Filter(lambda e: e[1][0] == _IMG)}
                   | "JoinUsed" >> beam.CoGroupByKey()
                   | "UsedImages" >> beam.FlatMap(lambda e: [e[1]["image"][0][1]] if e[1]["used"] else []))
         return attached.docs, images, attached[DROPPED], counters | "AllCounters" >> beam.Flatten()

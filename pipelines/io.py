@@ -208,5 +208,13 @@ def write_parquet_folders(pcoll, folders: list[str], schema: pa.Schema, label: s
             | f"{label}/Commit" >> beam.Map(_commit, folders, schema))
 
 
+def after(p, value, ready: list, label: str):
+    """`value` as a one-element PCollection that exists only once every PCollection in `ready` is
+    complete (a side input is computed in full before its consumer runs): how a pipeline reads files
+    another part of it writes."""
+    waits = [beam.pvalue.AsList(r) for r in ready]
+    return p | f"{label}/Value" >> beam.Create([value]) | f"{label}/After" >> beam.Map(lambda v, *_: v, *waits)
+
+
 def read_parquet(p, directory: str, label: str):
     return p | label >> beam.io.ReadFromParquet(join(directory, "part*.parquet"))

@@ -247,9 +247,7 @@ def _upstream_docs(p, root: str, folder: str, built_here: bool, previous, writes
     if built_here and previous is not None:
         return previous
     pattern = io.join(root, folder, "part*.parquet")
-    ready = [beam.pvalue.AsList(w) for w in writes] if built_here else []
-    return (p | f"{label}/Pattern" >> beam.Create([pattern])
-            | f"{label}/AfterWrite" >> beam.Map(lambda pat, *_: pat, *ready)
+    return (io.after(p, pattern, writes if built_here else [], f"{label}/Pattern")
             | f"{label}/Read" >> beam.io.ReadAllFromParquet())
 
 
