@@ -38,8 +38,9 @@ def public_row(row: dict) -> dict:
 
 # ------------------------------------------------------------------------------- survivor ranks
 def rank_first_use(row: dict):
-    """Earliest capture, then page URL, then position on the page."""
-    return row.get("warc_date") or "~", row["page_url"], row["position"]
+    """Earliest capture, then page URL, then the page's own <img> before a recycled copy of it, then
+    position on the page."""
+    return row.get("warc_date") or "~", row["page_url"], row.get("origin") == "recycled", row["position"]
 
 
 def rank_largest(row: dict):

@@ -44,6 +44,9 @@ from dedup.minhash import NGRAM, MinHasher, band_keys, jaccard, lsh_params, shin
 DUPLICATES = "duplicates"
 COUNTERS = "counters"
 PREFIX = "near/"
+# A document field: documents are compared only with documents of the same partition (absent: one
+# partition), e.g. interleaved documents with the same image set (pipelines/interleaved.py).
+PARTITION = "dedup_partition"
 
 
 def smallest_id(doc: dict):
@@ -130,8 +133,9 @@ class _Sign(beam.DoFn):
         hashes = shingles(doc["text"], self.cfg["ngram"])
         if not hashes.size:
             return
+        partition = (doc.get(PARTITION) or "").encode()
         for key in band_keys(self.hasher.signature(hashes), self.cfg["bands"], self.cfg["rows"]):
-            yield key, doc["id"]
+            yield partition + key, doc["id"]
         if self.cfg["verify"]:
             yield beam.pvalue.TaggedOutput("shingles", (doc["id"], hashes.tobytes()))
 
@@ -370,7 +374,7 @@ class NearDedupResult(NamedTuple):
 
 class NearDedup(beam.PTransform):
     """Near-duplicate removal (see module docstring). Input: doc dicts with at least `id` (unique
-    str) and `text`; other keys pass through. Returns a tagged result with `.docs` (kept docs,
+    str) and `text`, optionally `dedup_partition` (PARTITION); other keys pass through. Returns a tagged result with `.docs` (kept docs,
     unchanged), `.duplicates` ((doc, survivor_id, cluster_size)) and `.counters` ((key, n), summed):
     near/buckets (buckets with >= 2 members), near/candidate_pairs, near/verified_pairs (when
     verifying), near/clusters and near/cluster_size/<bin>."""

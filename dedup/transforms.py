@@ -7,7 +7,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from dedup.exact import text_hash
-from dedup.near import COUNTERS, DUPLICATES, SURVIVOR_RULES, ChooseSurvivor
+from dedup.near import COUNTERS, DUPLICATES, PARTITION, SURVIVOR_RULES, ChooseSurvivor
 
 
 class ExactDedupResult(NamedTuple):
@@ -17,7 +17,8 @@ class ExactDedupResult(NamedTuple):
 
 
 class ExactDedup(beam.PTransform):
-    """Exact dedup on the normalized-text hash: one GroupByKey, then the member with the smallest
+    """Exact dedup on the normalized-text hash (within a document's `dedup_partition`, if it has one):
+    one GroupByKey, then the member with the smallest
     (rank(doc), id) survives (default: earliest capture), independent of arrival order. The group is
     read twice, never held in memory (a million copies of one error page stay a stream)."""
 
@@ -26,7 +27,7 @@ class ExactDedup(beam.PTransform):
         self.rank = SURVIVOR_RULES[survivor]
 
     def expand(self, docs):
-        chosen = (docs | "HashText" >> beam.Map(lambda d: (text_hash(d["text"]), d))
+        chosen = (docs | "HashText" >> beam.Map(lambda d: ((d.get(PARTITION) or "") + text_hash(d["text"]), d))
                   | "GroupByHash" >> beam.GroupByKey()
                   | "Survivor" >> beam.ParDo(ChooseSurvivor(self.rank, "exact/")).with_outputs(
                       DUPLICATES, COUNTERS, main="kept"))

@@ -121,3 +121,23 @@ def linearise(html: str, page_url: str) -> Linearised:
             out.nodes.append(Node("image", image=refs[position], caption=captions.get(position, "")))
     out.chrome_images = [r for r in refs if r.position not in seen]
     return out
+
+
+def recycle_candidates(doc: dict, recycled_from: str) -> list[dict]:
+    """The image nodes of a dropped interleaved document (node dicts, as the pipeline carries them)
+    as image-text pair candidates: each with its alt, its `<figure>` caption and the text blocks right
+    before and after it in reading order. The pairs branch picks the text (the first of those that
+    passes its alt rules, the adjacent blocks only when short enough to be a caption) and applies its
+    own rules and dedup. `recycled_from` is "<stage>/<reason>" of the drop."""
+    nodes = doc["nodes"]
+    out = []
+    for i, node in enumerate(nodes):
+        if node["type"] != "image":
+            continue
+        before = nodes[i - 1]["text"] if i > 0 and nodes[i - 1]["type"] == "text" else ""
+        after = nodes[i + 1]["text"] if i + 1 < len(nodes) and nodes[i + 1]["type"] == "text" else ""
+        out.append({"page_id": doc["id"], "page_url": doc["url"], "warc_file": doc.get("warc_file") or "",
+                    "warc_date": doc.get("warc_date") or "", "img_url": node["image_url"],
+                    "position": node["position"], "alt": node.get("alt"), "caption": node.get("caption") or "",
+                    "text_before": before, "text_after": after, "recycled_from": recycled_from})
+    return out

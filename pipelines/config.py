@@ -176,12 +176,16 @@ def _model_in(annotation) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def stage_fingerprint(cfg: dict, stage: str, upstream: str | None, sections: tuple[str, ...] = ()) -> str:
+def stage_fingerprint(cfg: dict, stage: str, upstream: str | None, sections: tuple[str, ...] = (),
+                      side: dict | None = None) -> str:
     """Hash of everything that determines a stage's output: its config section and the other
-    `sections` it uses, and the upstream stage's fingerprint, or for a stage that reads the input
-    files itself (upstream None) the input files. A finished stage is reused only if this matches."""
+    `sections` it uses, the fingerprints of the stages whose outputs it also reads (`side`), and the
+    upstream stage's fingerprint, or for a stage that reads the input files itself (upstream None) the
+    input files. A finished stage is reused only if this matches."""
     payload = {"stage": stage, "section": cfg.get(stage), "upstream": upstream,
                "write_dropped": cfg["write_dropped"], "sections": {s: cfg[s] for s in sections}}
+    if side:
+        payload["side"] = side
     if upstream is None:  # the matched files themselves (path, size, mtime), not the patterns
         payload["input"] = cfg["input_files"]
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -99,6 +99,21 @@ class EmbeddingDedupConfig(Section):
     max_rounds: int = Field(10, gt=0, description="connected-components rounds")
 
 
+class RecycleConfig(Section):
+    """Images of interleaved documents that later stages dropped, recycled into pairs (the report's
+    "rejected documents recycled into pairs"): the first of the image's alt, its `<figure>` caption and
+    the text block right after or before it (only up to `adjacent_max_chars`: a caption, not body
+    text) that passes this branch's alt rules is its text; then the same bytes, decoding and dedup as
+    every pair (a recycled copy of an image ranks after the page's own use)."""
+
+    from_stages: list[Literal["interleaved_text", "interleaved_dedup", "interleaved_vlm"]] = Field(
+        ["interleaved_dedup", "interleaved_vlm"],
+        description="stages whose dropped documents are recycled; add interleaved_text for pages the text "
+                    "verdicts dropped; [] = none")
+    adjacent_max_chars: int = Field(300, ge=0, description="a text block next to the image is its caption only up to "
+                                                           "this length (CC3M captions average ~10 words)")
+
+
 class ImagePairsConfig(Section):
     """Image-alt-text pairs: references and alt text (extract/images.py), decoding (filters/image.py),
     fetching, exact/near/semantic dedup and relevance."""
@@ -121,6 +136,7 @@ class ImagePairsConfig(Section):
     phash: PhashConfig = Field(default_factory=PhashConfig)
     relevance: RelevanceConfig = Field(default_factory=RelevanceConfig)
     embedding_dedup: EmbeddingDedupConfig = Field(default_factory=EmbeddingDedupConfig)
+    recycle: RecycleConfig = Field(default_factory=RecycleConfig)
 
     @model_validator(mode="after")
     def _embeddings_need_model(self):
@@ -134,7 +150,15 @@ PAIR_SCHEMA = pa.schema([
     ("warc_date", pa.string()), ("img_url", pa.string()), ("position", pa.int64()), ("alt", pa.string()),
     ("context_before", pa.string()), ("context_after", pa.string()), ("image_sha256", pa.string()),
     ("width", pa.int64()), ("height", pa.int64()), ("format", pa.string()), ("phash", pa.string()),
-    ("scores", pa.map_(pa.string(), pa.float64()))])
+    ("scores", pa.map_(pa.string(), pa.float64())),
+    # "page": an <img> and its alt; "recycled": an image of an interleaved document a later stage
+    # dropped (`recycled_from`: "<stage>/<reason>"), its text from `text_source` (alt, figcaption, adjacent)
+    ("origin", pa.string()), ("text_source", pa.string()), ("recycled_from", pa.string())])
+# A recycling candidate: an image node of a dropped interleaved document (extract.interleaved.recycle_candidates).
+RECYCLE_SCHEMA = pa.schema([
+    ("page_id", pa.string()), ("page_url", pa.string()), ("warc_file", pa.string()), ("warc_date", pa.string()),
+    ("img_url", pa.string()), ("position", pa.int64()), ("alt", pa.string()), ("caption", pa.string()),
+    ("text_before", pa.string()), ("text_after", pa.string()), ("recycled_from", pa.string())])
 IMAGE_SCHEMA = pa.schema([
     ("id", pa.string()), ("sha256", pa.string()), ("bytes", pa.binary()), ("width", pa.int64()),
     ("height", pa.int64()), ("format", pa.string()), ("frames", pa.int64()), ("phash", pa.string())])
@@ -194,7 +218,8 @@ class _ExtractRefs(beam.DoFn):
                    "page_url": page["url"], "warc_file": page.get("warc_file", ""),
                    "warc_date": page.get("warc_date", ""), "img_url": ref.url, "position": ref.position,
                    "alt": ref.alt, "context_before": ref.context_before, "context_after": ref.context_after,
-                   "declared_width": ref.width, "declared_height": ref.height}
+                   "declared_width": ref.width, "declared_height": ref.height, "origin": "page", "text_source": "alt",
+                   "recycled_from": ""}
             reason = "page_noai" if noai else check_image_ref(ref, self.cfg, self.lid)
             if reason:
                 yield _drop(row, reason)
@@ -217,6 +242,48 @@ class _ExtractRefs(beam.DoFn):
                 return refs, bool(refs) and page_disallows_ai(html), ""
         except DocumentTimeout:
             return [], False, "timeout"
+
+
+class _RecycledRefs(beam.DoFn):
+    """A recycling candidate (RECYCLE_SCHEMA) -> (img URL, ref row) with the first of its texts that
+    passes check_image_ref (RecycleConfig), or a drop with the reason its alt failed. Each candidate
+    is one unit of the stage's `in`."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.lid = None
+
+    def setup(self):
+        if self.cfg["alt_languages"]:
+            from filters.language import LanguageIdentifier
+
+            self.lid = LanguageIdentifier()
+
+    def process(self, cand):
+        from extract.images import ImageRef, check_image_ref
+
+        yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
+        yield _counter(f"recycled/from/{cand['recycled_from']}")
+        chars, limit = self.cfg["context_chars"], self.cfg["recycle"]["adjacent_max_chars"]
+        before, after = (cand["text_before"] or "")[-chars:], (cand["text_after"] or "")[:chars]
+        row = {"id": xxhash.xxh3_128_hexdigest(f"{cand['page_id']}/{cand['position']}/recycled".encode()),
+               **{k: cand[k] for k in ("page_id", "page_url", "warc_file", "warc_date", "img_url", "position")},
+               "alt": cand["alt"], "context_before": before, "context_after": after, "origin": "recycled",
+               "recycled_from": cand["recycled_from"]}
+        texts = [("alt", cand["alt"]), ("figcaption", cand["caption"] or None)]
+        texts += [("adjacent", t) for t in (cand["text_after"], cand["text_before"]) if t and len(t) <= limit]
+        first_failure = None
+        for source, text in texts:
+            if text is None and source != "alt":
+                continue
+            ref = ImageRef(cand["page_url"], cand["img_url"], text, None, None, cand["position"], before, after)
+            reason = check_image_ref(ref, self.cfg, self.lid)
+            if reason is None:
+                yield _counter(f"recycled/{source}")
+                yield cand["img_url"], {**row, "alt": text, "text_source": source}
+                return
+            first_failure = first_failure or reason
+        yield _drop({**row, "text_source": ""}, first_failure)
 
 
 # ------------------------------------------------------------------------------------ image bytes
@@ -465,16 +532,17 @@ def _pair_row(pair: dict) -> dict:
 
 
 class ImagePairs(beam.PTransform):
-    """(pages, image records) -> ImagePairsResult. Every <img> tag of every page ends as exactly one
-    pair or one drop, so `in` = `out` + Σ dropped. Pages: see _ExtractRefs; image records:
-    {"url", "payload", "content_type", "x_robots_tag"} (extract.images.image_record)."""
+    """(pages, image records[, recycling candidates]) -> ImagePairsResult. Every <img> tag of every
+    page and every candidate ends as exactly one pair or one drop, so `in` = `out` + Σ dropped. Pages:
+    see _ExtractRefs; image records: {"url", "payload", "content_type", "x_robots_tag"}
+    (extract.images.image_record); candidates: RECYCLE_SCHEMA rows (_RecycledRefs)."""
 
     def __init__(self, config: dict | None = None):
         super().__init__()
         self.cfg = image_pairs_config(config)
 
     def expand(self, pcolls):
-        pages, records = pcolls
+        pages, records, *recycled = pcolls
         cfg = self.cfg
         p = pages.pipeline
         counters, drops = [], []
@@ -482,13 +550,20 @@ class ImagePairs(beam.PTransform):
         refs = pages | "ExtractRefs" >> beam.ParDo(_ExtractRefs(cfg)).with_outputs(DROPPED, COUNTERS, main="refs")
         counters.append(refs[COUNTERS])
         drops.append(refs[DROPPED])
+        all_refs = refs.refs
+        if recycled:
+            again = recycled[0] | "RecycledRefs" >> beam.ParDo(_RecycledRefs(cfg)).with_outputs(
+                DROPPED, COUNTERS, main="refs")
+            counters.append(again[COUNTERS])
+            drops.append(again[DROPPED])
+            all_refs = (refs.refs, again.refs) | "AllRefs" >> beam.Flatten()
 
-        needed = refs.refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
+        needed = all_refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
         got = (needed, records) | "ImageBytes" >> ImageBytes(cfg)
         counters.append(got.counters)
 
         # refs -> sha256 (by URL), then the exact-duplicate group (by sha256)
-        resolved = ((refs.refs | "TagRefs" >> beam.MapTuple(lambda url, row: (url, (_REF, row))),
+        resolved = ((all_refs | "TagRefs" >> beam.MapTuple(lambda url, row: (url, (_REF, row))),
                      got.url_sha,
                      got.failed | "TagFailed" >> beam.MapTuple(lambda url, reason, detail: (url, (_FAIL, reason, detail))))
                     | "FlattenUrl" >> beam.Flatten() | "GroupUrl" >> beam.GroupByKey()

@@ -1,16 +1,26 @@
-"""Interleaved image-text documents from web pages, stage 1 of the branch's increasing-cost order:
-everything that needs no image byte. Registered as the stages `interleaved` (below), then
-`interleaved_text` (the text branch's language, quality and synthetic verdicts on the document's text),
-`interleaved_exact_dedup`, `interleaved_near_dedup` (the text branch's dedup on it) and
-`interleaved_write` (OUT/docs/interleaved, sorted shards). Each HTML page becomes an ordered list of text and image nodes
-(extract/interleaved.py); image nodes that fail the URL rules (no usable URL, `data:` URIs, tracking
-pixels, icons, chrome words, declared sizes below `min_side`), sit in page chrome, or whose URL is on
-more than `max_pages_per_url` documents of the corpus (OBELICS's site-chrome rule, a Beam combine) are
-removed; a document left with no image is dropped as `no_images` (its text stays in the text branch).
+"""Interleaved image-text documents from web pages, in the report's increasing-cost order:
 
-Accounting, per document: `in` = HTML pages, `out` = documents kept, dropped = `no_images`,
-`page_too_large`, `page_undecodable`, `page_timeout`, `duplicate_record` (one id twice). Per image, counters `images/in`, `images/kept`,
-`images/chrome`, `images/<URL rule reason>` and `images/frequent_url` (in = kept + the others).
+1. before any image byte: `interleaved` (each HTML page an ordered list of text and image nodes,
+   extract/interleaved.py; image nodes that fail the URL rules (no usable URL, `data:` URIs, tracking
+   pixels, icons, chrome words, declared sizes below `min_side`), sit in page chrome, come from a page
+   that opts out of AI use, or whose URL is on more than `max_pages_per_url` documents of the corpus
+   (OBELICS's site-chrome rule, a Beam combine) are removed; a document left with no image is dropped
+   as `no_images`, its text stays in the text branch), then `interleaved_text` (the text branch's
+   language, quality and synthetic verdicts on the document's text), `interleaved_exact_dedup` and
+   `interleaved_near_dedup` (the text branch's dedup, among documents with the same image URLs);
+2. `interleaved_images`: each image fetched from the WARC (or the fetcher) and decoded once, stored,
+   sized, counted in visual tokens;
+3. `interleaved_dedup`: images on too many documents by pHash, near-duplicate documents on text and
+   images together (dedup/multimodal.py);
+4. `interleaved_vlm`: the SmolVLM scorer (filters/vlm.py), skipped and counted with no model;
+5. recycling: the documents stages 3-4 drop (and optionally stage 1's text verdicts) leave their image
+   nodes in OUT/recycle/<stage>, which the pairs branch turns into pairs (pipelines/image_pairs.py);
+then `interleaved_write` (OUT/docs/interleaved, sorted shards).
+
+Accounting of stage 1, per document: `in` = HTML pages, `out` = documents kept, dropped = `no_images`,
+`page_too_large`, `page_undecodable`, `page_timeout`, `duplicate_record` (one id twice). Per image,
+counters `images/in`, `images/kept`, `images/chrome`, `images/<URL rule reason>` and
+`images/frequent_url` (in = kept + the others).
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ import pyarrow as pa
 from pydantic import Field, StrictBool
 
 from dedup.image import SplitFrequentImageUrls
+from dedup.multimodal import DedupSameImages, ImageReach, image_set_key
+from dedup.near import DUPLICATES, PARTITION, SURVIVOR_RULES
+from extract.interleaved import recycle_candidates
 from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
@@ -31,9 +44,11 @@ from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLangua
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
                   ("image_sha256", pa.string()), ("alt", pa.string()), ("caption", pa.string()),
-                  ("width", pa.int32()), ("height", pa.int32()), ("visual_tokens", pa.int32())])
-# One interleaved document; `image_sha256`, `width`, `height` and `visual_tokens` are filled when the
-# images are fetched and decoded (stage 2), null before.
+                  ("width", pa.int32()), ("height", pa.int32()), ("visual_tokens", pa.int32()),
+                  ("position", pa.int32()), ("phash", pa.string())])
+# One interleaved document. An image node's `position` is its <img> index on the page (as in the
+# pairs branch); `image_sha256`, `width`, `height`, `visual_tokens` and `phash` (64-bit pHash, hex)
+# are filled when the images are fetched and decoded (stage 2), null before.
 INTERLEAVED_SCHEMA = pa.schema([("id", pa.string()), ("url", pa.string()), ("warc_file", pa.string()),
                                 ("warc_offset", pa.int64()), ("warc_date", pa.string()), ("kind", pa.string()),
                                 ("lang", pa.string()), ("nodes", pa.list_(NODE)), ("scores", SCORES)])
@@ -76,7 +91,7 @@ class _Linearise(beam.DoFn):
         if page.get("source", "html") != "html":
             return
         yield counter("in")
-        doc, failure = self._linearise(page)
+        doc, noai, failure = self._linearise(page)
         base = {k: page.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         if failure:
             yield counter(f"dropped/page_{failure}")
@@ -92,7 +107,8 @@ class _Linearise(beam.DoFn):
             if node.type == "text":
                 nodes.append({"type": "text", "text": node.text})
                 continue
-            reason = check_image_url(node.image, self.cfg["min_side"], self.cfg["chrome_words"])
+            # a page that opts its images out of AI use (noai, noimageai) keeps none, as in the pairs branch
+            reason = "page_noai" if noai else check_image_url(node.image, self.cfg["min_side"], self.cfg["chrome_words"])
             if reason:
                 yield counter(f"images/{reason}")
                 continue
@@ -101,18 +117,21 @@ class _Linearise(beam.DoFn):
         yield {**base, "kind": "web", "lang": "", "nodes": nodes, "scores": {}}
 
     def _linearise(self, page):
+        """(document, the page opts out of AI use, failure: "" or why the page was not read)."""
         from extract.guard import DocumentTimeout, watchdog
         from extract.html import page_html
+        from extract.images import page_disallows_ai
         from extract.interleaved import linearise
 
         html, failure = page_html(page, self.cfg["max_html_bytes"])
         if failure:
-            return None, failure
+            return None, False, failure
         try:
             with watchdog().limit(self.cfg["timeout_ms"] / 1000):
-                return linearise(html, page["url"]), ""
+                doc = linearise(html, page["url"])
+                return doc, bool(doc.images) and page_disallows_ai(html), ""
         except DocumentTimeout:
-            return None, "timeout"
+            return None, False, "timeout"
 
 
 def _without_images(nodes: list[dict], removed) -> list[dict]:
@@ -142,8 +161,7 @@ def _without_frequent(element):
     frequent = set(group["frequent"])
     if frequent:
         yield counter("images/frequent_url", len(frequent))
-    nodes = [{k: v for k, v in n.items() if k != "position"}
-             for n in _without_images(doc["nodes"], lambda n: n["position"] in frequent)]
+    nodes = _without_images(doc["nodes"], lambda n: n["position"] in frequent)
     kept = sum(1 for n in nodes if n["type"] == "image")
     if kept == 0:
         yield counter("dropped/no_images")
@@ -153,7 +171,11 @@ def _without_frequent(element):
     yield counter("images/kept", kept)
     yield counter("out")
     text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")  # what the text verdicts judge
-    yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text}
+    # the same text with other figures is another document: stage 1's dedup compares only documents
+    # with the same image URLs (stage 3 compares the images themselves)
+    partition = image_set_key(n["image_url"] for n in nodes if n["type"] == "image")
+    yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text,
+           PARTITION: partition}
 
 
 class InterleavedResult(NamedTuple):
@@ -188,13 +210,13 @@ class BuildInterleavedDocs(beam.PTransform):
 # -------------------------------------------------------------------------- stage 2: the images
 def _url_outcomes(element):
     """(sha256, {"url": [urls], "image": [(IMG, row) | (FAIL, reason, "")]}) -> (url, outcome) for each
-    URL whose bytes have that hash: ("ok", sha, width, height) or ("fail", reason, detail)."""
+    URL whose bytes have that hash: ("ok", sha, width, height, phash) or ("fail", reason, detail)."""
     from pipelines.image_pairs import _FAIL
 
     sha, group = element
     (decoded,) = group["image"]
     outcome = ("fail", decoded[1], decoded[2]) if decoded[0] == _FAIL else (
-        "ok", sha, decoded[1]["width"], decoded[1]["height"])
+        "ok", sha, decoded[1]["width"], decoded[1]["height"], decoded[1]["phash"])
     for url in group["url"]:
         yield url, outcome
 
@@ -228,9 +250,9 @@ class _AttachImages(beam.DoFn):
                     yield counter("images/repeated_in_doc")
                     node = None
                 else:
-                    _, sha, width, height = outcome
+                    _, sha, width, height, phash = outcome
                     seen.add(sha)
-                    node = {**node, "image_sha256": sha, "width": width, "height": height,
+                    node = {**node, "image_sha256": sha, "width": width, "height": height, "phash": phash,
                             "visual_tokens": visual_tokens(width, height, policy)}
             nodes.append(node or {"type": "image", "removed": True})
         nodes = _without_images(nodes, lambda n: n.get("removed"))
@@ -290,6 +312,179 @@ class AttachImages(beam.PTransform):
         return attached.docs, images, attached[DROPPED], counters | "AllCounters" >> beam.Flatten()
 
 
+# --------------------------------------------------------------- stage 3: image-aware filter and dedup
+class InterleavedDedupConfig(Section):
+    """Stage 3 (dedup/multimodal.py); the pHash distance and banding are the pairs branch's
+    (`image_pairs.phash`), the survivor rule the text branch's (`near_dedup.survivor`)."""
+
+    max_docs_per_image: int = Field(10, ge=1, description="an image (with its pHash neighbours) on more documents "
+                                                          "than this is removed from all of them (OBELICS: 10)")
+    text_threshold: float = Field(0.5, gt=0, le=1, description="word-set Jaccard at which two documents with the "
+                                                               "same images are duplicates")
+    max_reps: int = Field(32, gt=0, description="members of one image set (or pHash bucket) compared pairwise; "
+                                                "the others are matched against these")
+
+
+def _image_refs(doc):
+    """(sha256, (documents, phash)) for each image node of a document (distinct within it: stage 2)."""
+    return [(n["image_sha256"], (1, n["phash"])) for n in doc["nodes"] if n["type"] == "image"]
+
+
+def _sum_uses(values):
+    values = list(values)
+    return sum(v[0] for v in values), min(v[1] for v in values)
+
+
+_INFO, _USE = "info", "use"
+
+
+class _ReachToDocs(beam.DoFn):
+    """(sha256, [(INFO, reach)] + [(USE, doc id)...]) -> (doc id, (sha256, reach)); two passes, so an
+    image on a million documents is streamed, never held."""
+
+    def process(self, element):
+        sha, values = element
+        info = next(v[1] for v in values if v[0] == _INFO)
+        for v in values:
+            if v[0] == _USE:
+                yield v[1], (sha, info)
+
+
+class _RemoveFrequent(beam.DoFn):
+    """(doc id, {"doc": [doc], "images": [(sha256, (reach, identity))]}) -> the document without the
+    images on more than `max_docs` documents, with its joined `text` and `image_set` key; or a
+    `no_images` drop."""
+
+    def __init__(self, max_docs: int):
+        self.max_docs = max_docs
+
+    def process(self, element):
+        _, group = element
+        (doc,) = group["doc"]
+        info = dict(group["images"])
+        frequent = {sha for sha, (reach, _) in info.items() if reach > self.max_docs}
+        nodes = _without_images(doc["nodes"], lambda n: n["image_sha256"] in frequent)
+        if frequent:
+            yield counter("images/frequent_image", len(frequent))
+        text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
+        images = [n["image_sha256"] for n in nodes if n["type"] == "image"]
+        doc = {**doc, "nodes": nodes, "text": text}
+        if not images:
+            yield dropped(drop_row(doc, "interleaved_dedup", "no_images", "every image is on more than "
+                                                                            f"{self.max_docs} documents"))
+            return
+        yield {**doc, "image_set": image_set_key(info[sha][1] for sha in images)}
+
+
+class ImageAwareDedup(beam.PTransform):
+    """Stage 3 (dedup/multimodal.py): documents -> (kept, duplicates (doc, survivor id, cluster size),
+    drops, counters)."""
+
+    def __init__(self, cfg: dict, phash: dict, survivor: str):
+        super().__init__()
+        self.cfg, self.phash, self.rank = cfg, phash, SURVIVOR_RULES[survivor]
+
+    def expand(self, docs):
+        ph, cfg = self.phash, self.cfg
+        uses = docs | "Uses" >> beam.FlatMap(_image_refs)
+        reach = (uses | "PerImage" >> beam.CombinePerKey(_sum_uses)
+                 | "Swap" >> beam.MapTuple(lambda sha, n_phash: (sha, (n_phash[1], n_phash[0])))
+                 | "Reach" >> ImageReach(ph["threshold"], ph["bands"], ph["key_bands"], cfg["max_reps"]))
+        per_doc = ((reach | "TagInfo" >> beam.MapTuple(lambda sha, info: (sha, (_INFO, info))),
+                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
+                                                                 for n in d["nodes"] if n["type"] == "image"]))
+                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
+                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
+        filtered = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
+                    | "JoinDocs" >> beam.CoGroupByKey()
+                    | "RemoveFrequent" >> beam.ParDo(_RemoveFrequent(cfg["max_docs_per_image"])).with_outputs(
+                        DROPPED, COUNTERS, main="docs"))
+        deduped = filtered.docs | "SameImages" >> DedupSameImages(self.rank, cfg["text_threshold"], cfg["max_reps"])
+        counters = (filtered[COUNTERS], deduped[COUNTERS]) | "Counters" >> beam.Flatten()
+        return deduped.kept, deduped[DUPLICATES], filtered[DROPPED], counters
+
+
+# ------------------------------------------------------------------------------ stage 4: VLM scoring
+class InterleavedVlmConfig(Section):
+    """Stage 4: a SmolVLM-style model (transformers AutoModelForImageTextToText, e.g. Idefics3) rates
+    each document 1-5 (filters/vlm.py). No such weights ship with this project or any package
+    registry: with `model` null every document is counted `vlm/skipped_no_model` and passes unscored."""
+
+    model: str | None = Field(None, description="local path or hub name of the VLM; null: not scored "
+                                                "(vlm/skipped_no_model)")
+    device: str = Field("cpu", description="torch device")
+    max_side: int = Field(512, gt=0, description="images resized to this longest edge (512: ~67 tokens per image "
+                                                 "on SmolVLM-256M)")
+    max_text_chars: int = Field(2000, gt=0, description="document text shown to the model")
+    batch_size: int = Field(8, gt=0, description="documents per forward pass")
+    min_score: float = Field(3.0, ge=1, le=5, description="expected rating below this drops the document "
+                                                          "(vlm_low_score); set it per model")
+
+
+class _ScoreVlm(beam.DoFn):
+    """A batch of (doc, [image bytes in node order]) -> each document with scores.vlm (the expected
+    rating, rounded to 1e-4 so that float noise from batch composition never changes a byte), or
+    dropped as vlm_low_score (tag "recycle": the document, for its images). The model loads once per
+    worker in setup()."""
+
+    def __init__(self, cfg: dict, decode: dict):
+        self.cfg, self.decode = cfg, decode
+        self.scorer = None
+
+    def setup(self):
+        from filters.vlm import VlmScorer
+
+        c = self.cfg
+        self.scorer = VlmScorer(c["model"], c["device"], c["max_side"], c["max_text_chars"])
+
+    def process(self, batch):
+        from filters.image import open_image
+
+        inputs = [([open_image(b, self.decode, self.cfg["max_side"])[0] for b in images], doc["text"])
+                  for doc, images in batch]
+        for (doc, _), score in zip(batch, self.scorer.score(inputs)):
+            doc = with_scores(doc, vlm=round(score, 4))
+            yield counter("vlm/scored")
+            if doc["scores"]["vlm"] < self.cfg["min_score"]:
+                yield dropped(drop_row(doc, "interleaved_vlm", "vlm_low_score",
+                                       f"{doc['scores']['vlm']:.4f} < {self.cfg['min_score']}"))
+                yield beam.pvalue.TaggedOutput("recycle", doc)
+            else:
+                yield doc
+
+
+def _with_image_bytes(element):
+    """(doc id, {"doc": [doc], "images": [(sha256, bytes)]}) -> (doc with its `text`, image bytes in node order)."""
+    _, group = element
+    (doc,) = group["doc"]
+    data = dict(group["images"])
+    text = "\n\n".join(n["text"] for n in doc["nodes"] if n["type"] == "text")
+    return {**doc, "text": text}, [data[n["image_sha256"]] for n in doc["nodes"] if n["type"] == "image"]
+
+
+class ScoreWithVlm(beam.PTransform):
+    """(documents, image store rows) -> (kept, drops, recycle: dropped documents, counters): each document
+    with the bytes of its images (a two-pass join by sha256, then by document), batched, scored."""
+
+    def __init__(self, cfg: dict, decode: dict):
+        super().__init__()
+        self.cfg, self.decode = cfg, decode
+
+    def expand(self, pcolls):
+        docs, images = pcolls
+        per_doc = ((images | "TagBytes" >> beam.Map(lambda r: (r["sha256"], (_INFO, r["bytes"]))),
+                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
+                                                                 for n in d["nodes"] if n["type"] == "image"]))
+                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
+                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
+        scored = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
+                  | "JoinDocs" >> beam.CoGroupByKey() | "WithBytes" >> beam.Map(_with_image_bytes)
+                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_size"])
+                  | "Score" >> beam.ParDo(_ScoreVlm(self.cfg, self.decode)).with_outputs(
+                      DROPPED, COUNTERS, "recycle", main="docs"))
+        return scored.docs, scored[DROPPED], scored.recycle, scored[COUNTERS]
+
+
 # ------------------------------------------------------------------------------------------ stages
 class ScreenText(DocumentStep):
     """The text branch's language, quality and synthetic-text steps, with their settings and reasons,
@@ -304,6 +499,13 @@ class ScreenText(DocumentStep):
     def setup(self):
         for sub in self.steps:
             sub.setup()
+
+    def process(self, doc):
+        for out in super().process(doc):
+            yield out
+            if isinstance(out, beam.pvalue.TaggedOutput) and out.tag == DROPPED:
+                # its images, for the pairs branch when it recycles these (image_pairs.recycle)
+                yield beam.pvalue.TaggedOutput("recycle", (doc, out.value["reason"]))
 
     def step(self, doc):
         judged = {**doc, "lang": "", "lang_score": 0.0}
@@ -350,7 +552,7 @@ class InterleavedTextStage(DocumentStage):
     `language`, `quality` and `synthetic` sections and reasons) on each interleaved document's text."""
 
     name, step, schema = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA
-    settings_from = ("language", "quality", "synthetic")
+    settings_from, outputs = ("language", "quality", "synthetic"), ("recycle/interleaved_text",)
 
     @property
     def reasons(self):
@@ -360,8 +562,10 @@ class InterleavedTextStage(DocumentStage):
 
     def build(self, p, cfg, docs, root):
         step = self.step(self.name, {section: cfg[section] for section in self.settings_from})
-        res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, main="docs")
-        return Built(res.docs, res[DROPPED], res[COUNTERS])
+        res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, "recycle", main="docs")
+        candidates = res.recycle | f"{self.name}/Recycle" >> beam.FlatMapTuple(
+            lambda doc, reason, stage=self.name: recycle_candidates(doc, f"{stage}/{reason}"))
+        return Built(res.docs, res[DROPPED], res[COUNTERS], (write_recycle(candidates, root, self.name),))
 
 
 @register
@@ -405,6 +609,74 @@ class InterleavedImagesStage(Stage):
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
             io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg["write"]["shards"])
         return Built(kept, drops, counters, (written,))
+
+
+def write_recycle(candidates, root: str, stage: str):
+    """A stage's recycling candidates (extract.interleaved.recycle_candidates rows) -> OUT/recycle/<stage>,
+    where the pairs branch reads them (pipelines/image_pairs.py)."""
+    from pipelines.image_pairs import RECYCLE_SCHEMA
+
+    return io.write_parquet(candidates, io.join(root, "recycle", stage), RECYCLE_SCHEMA, f"{stage}/WriteRecycle")
+
+
+def _recycle(stage: str, reason: str):
+    return lambda doc: recycle_candidates(doc, f"{stage}/{reason}")
+
+
+@register
+class InterleavedDedupStage(Stage):
+    """Stage 3 (dedup/multimodal.py): images whose pHash neighbourhood is on more than
+    `max_docs_per_image` documents leave every document (`images/frequent_image`; a document left with
+    none is `no_images`), then near-duplicate documents judged on text and image set together
+    (`multimodal_duplicate`, naming the survivor; the text branch's survivor rule). The dropped
+    duplicates' images are recycling candidates for the pairs branch (OUT/recycle/interleaved_dedup)."""
+
+    name, config, schema = "interleaved_dedup", InterleavedDedupConfig, INTERLEAVED_SCHEMA
+    settings_from, outputs = ("image_pairs", "near_dedup"), ("recycle/interleaved_dedup",)
+    reasons = ("no_images", "multimodal_duplicate")
+
+    def build(self, p, cfg, docs, root):
+        name = self.name
+        kept, dups, drops, counters = docs | f"{name}/Dedup" >> ImageAwareDedup(
+            cfg[name], cfg["image_pairs"]["phash"], cfg["near_dedup"]["survivor"])
+        dup_rows = dups | f"{name}/Drops" >> beam.MapTuple(
+            lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{name}_group_size": float(size)}), name,
+                                                 "multimodal_duplicate", survivor))
+        candidates = dups | f"{name}/Recycle" >> beam.FlatMapTuple(
+            lambda doc, survivor, size, make=_recycle(name, "multimodal_duplicate"): make(doc))
+        return Built(kept, (drops, dup_rows) | f"{name}/StageDrops" >> beam.Flatten(), counters,
+                     (write_recycle(candidates, root, name),))
+
+
+@register
+class InterleavedVlmStage(Stage):
+    """Stage 4, the costliest, on what stages 1-3 left: a SmolVLM-style model's expected 1-5 rating of
+    each document from the rating tokens' probabilities (filters/vlm.py), images from
+    OUT/images/interleaved resized to `max_side`; below `min_score` a document is `vlm_low_score` and its
+    images are recycling candidates (OUT/recycle/interleaved_vlm). With no model configured every
+    document passes unscored and is counted `vlm/skipped_no_model`: never a silent pass, never a fake score."""
+
+    name, config, schema, starts_group = "interleaved_vlm", InterleavedVlmConfig, INTERLEAVED_SCHEMA, True
+    settings_from, outputs = ("interleaved", "image_pairs"), ("recycle/interleaved_vlm",)
+    reasons = ("vlm_low_score",)
+
+    def build(self, p, cfg, docs, root):
+        from pipelines.stage import writes_of
+
+        name, c = self.name, cfg[self.name]
+        if not c["model"]:
+            skipped = docs | f"{name}/Skipped" >> beam.Map(lambda _: ("vlm/skipped_no_model", 1))
+            none = p | f"{name}/NoDrops" >> beam.Create([])
+            zero = p | f"{name}/Zero" >> beam.Create([("vlm/skipped_no_model", 0)])
+            counters = (skipped, zero) | f"{name}/Counters" >> beam.Flatten()
+            return Built(docs, none, counters, (write_recycle(none, root, name),))
+        store = (io.after(p, io.join(root, "images", "interleaved", "part*.parquet"), writes_of(p, "interleaved_images"),
+                          f"{name}/Store") | f"{name}/ReadStore" >> beam.io.ReadAllFromParquet())
+        decode = {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
+                  "max_aspect": cfg["interleaved"]["max_aspect"]}
+        kept, drops, rejected, counters = (docs, store) | f"{name}/Score" >> ScoreWithVlm(c, decode)
+        candidates = rejected | f"{name}/Recycle" >> beam.FlatMap(_recycle(name, "vlm_low_score"))
+        return Built(kept, drops, counters, (write_recycle(candidates, root, name),))
 
 
 @register

@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipelines import io
 from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
-from pipelines.stage import READS_INPUT
+from pipelines.stage import READS_INPUT, note_writes
 from pipelines.stages import STAGES
 from pipelines.stats import format_table
 
@@ -198,6 +198,24 @@ def check_plan(names: list[str]) -> None:
                              f"{'none runs before it' if before is None else before + ' has none'}")
 
 
+def _needed_groups(groups: list[list[str]], selected: set, cfg: dict) -> list[bool]:
+    """Which groups a run of the `selected` stages needs: the groups holding them, the groups before
+    each of those back to the one that reads the input, and the groups of the stages whose outputs a
+    needed stage reads (`reads_outputs_of`), with theirs; repeated until nothing is added."""
+    index = {name: i for i, group in enumerate(groups) for name in group}
+    needed = [False] * len(groups)
+    todo = [index[n] for n in selected if n in index]
+    while todo:
+        i = todo.pop()
+        if needed[i]:
+            continue
+        needed[i] = True
+        if STAGES[groups[i][0]].reads != READS_INPUT and i > 0:
+            todo.append(i - 1)
+        todo += [index[n] for name in groups[i] for n in STAGES[name].reads_outputs_of(cfg) if n in index]
+    return needed
+
+
 def audited_stages(names: list[str]) -> list[str]:
     """The stages whose rows the loss audit follows: from a stage that reads the input and counts the
     rows it emits per file through the stages fed by it, up to the first that ends a branch (its
@@ -271,19 +289,16 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
 
     # plan: which groups are finished with this config and input, which run, which no selected stage needs
     groups = plan_groups(names)
-    needed, need = [False] * len(groups), False
-    for i in reversed(range(len(groups))):  # a selected group needs the groups before it, back to its reader
-        need = need or bool(selected & set(groups[i]))
-        needed[i] = need
-        if STAGES[groups[i][0]].reads == READS_INPUT:
-            need = False
-    plan, upstream_fp, skipped = [], "", []
+    needed = _needed_groups(groups, selected, cfg)
+    plan, upstream_fp, skipped, fingerprints = [], "", [], {}
     for index, group in enumerate(groups):
         markers = {}
         for name in group:
             reads_input = STAGES[name].reads == READS_INPUT
+            side = {n: fingerprints[n] for n in STAGES[name].reads_outputs_of(cfg)}
             upstream_fp = stage_fingerprint(cfg, name, None if reads_input else upstream_fp,
-                                            STAGES[name].settings_from)
+                                            STAGES[name].settings_from, side)
+            fingerprints[name] = upstream_fp
             markers[name] = {"fingerprint": upstream_fp, **({"input_files": cfg["input_files"]} if reads_input else {})}
         found = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         for name in group:
@@ -331,6 +346,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                     if first.reads != READS_INPUT:
                         docs = _upstream_docs(p, root, upstream, built_here, previous, writes, f"{first.name}/Input")
                     previous, writes = build_group(p, group, cfg, root, docs, markers, started)
+                    note_writes(p, group, writes)
                     built_here = True
                     if set(group) & set(audited):
                         audit_ready += writes

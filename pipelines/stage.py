@@ -26,7 +26,10 @@ What a stage declares (class attributes):
 - `ends_branch`: its documents are a final output; the loss audit follows every row read to here;
 - `counts_file_rows`: it reads the input and writes OUT/<name>/file_rows.json, the rows it emitted per
   input file: the loss audit starts at such a stage;
-- `settings_from`: other config sections its output depends on (its fingerprint covers them).
+- `settings_from`: other config sections its output depends on (its fingerprint covers them);
+- `reads_outputs_of(cfg)`: stages whose `outputs` it reads besides its documents (the pairs branch
+  reads the interleaved stages' recycling candidates): their groups run (or are reused) with it, its
+  fingerprint covers theirs, and `writes_of(p, stage)` gives the writes to wait for (`io.after`).
 
 What a stage returns: `build(p, cfg, docs, root)` returns `Built(docs, drops, counters, written)`: its
 documents (or None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), counters, (key, n)
@@ -43,6 +46,7 @@ in the module that defines it; the runner never names a stage.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -201,6 +205,9 @@ class Stage:
     def documents(self) -> str | None:
         return self.name
 
+    def reads_outputs_of(self, cfg: dict) -> tuple[str, ...]:
+        return ()
+
     def build(self, p, cfg: dict, docs, root: str):
         raise NotImplementedError
 
@@ -222,6 +229,18 @@ class DocumentStage(Stage):
 
 
 STAGES: dict[str, Stage] = {}
+_WRITES: "weakref.WeakKeyDictionary[beam.Pipeline, dict]" = weakref.WeakKeyDictionary()
+
+
+def note_writes(p, names: list[str], writes: list) -> None:
+    """The runner records each group's writes as it adds the group to pipeline `p`."""
+    for name in names:
+        _WRITES.setdefault(p, {})[name] = list(writes)
+
+
+def writes_of(p, name: str) -> list:
+    """The writes of stage `name`'s group in pipeline `p`; none if the group finished in an earlier run."""
+    return _WRITES.get(p, {}).get(name, [])
 
 
 def register(cls: type[Stage], after: str | None = None) -> type[Stage]:

@@ -1,12 +1,15 @@
 """The pipeline's stages, in run order: the text branch (read, extract, language, quality, synthetic,
-exact and near dedup, write), packing, image-text pairs, and interleaved documents (registered by
-pipelines/interleaved.py). The contract they follow, and the
+exact and near dedup, write), packing, interleaved documents (registered by pipelines/interleaved.py)
+and image-text pairs. The contract they follow, and the
 registry, are in pipelines/stage.py; each stage's logic lives in extract/, filters/, dedup/ and
 packing/, importable without Beam, and its DoFn here is a thin wrapper.
 
 Groups (each writes its documents and a completion marker, so a rerun resumes after the last finished
 one; a run is one Beam pipeline): read+extract, language+quality+synthetic, exact_dedup+near_dedup+write,
-pack, image_pairs, interleaved+interleaved_text+interleaved_exact_dedup+interleaved_near_dedup+interleaved_write. The input files are read once per run, for every branch (`read_warcs`).
+pack, interleaved+interleaved_text+interleaved_exact_dedup+interleaved_near_dedup,
+interleaved_images+interleaved_dedup, interleaved_vlm+interleaved_write, image_pairs (last: it recycles
+the images of documents the interleaved stages dropped). The input files are read once per run, for
+every branch (`read_warcs`).
 """
 
 from __future__ import annotations
@@ -550,15 +553,16 @@ def _image_drop(row_reason_detail):
             "detail": f"{detail}; {where}" if detail else where, "scores": {}, "text": row.get("alt")}
 
 
-@register
 class ImagesStage(Stage):
     """Image-alt-text pairs, from the run's one read of the input WARCs (the raw pages and image
     responses the reader emits; re-read only when the text branch finished in an earlier run): `<img>`/`<picture>`/srcset with alt text and page context; alt and URL rules; bytes from the
     WARCs' image responses (CoGroupByKey by URL), else the SSRF-safe fetcher (off unless configured);
     defensive Pillow decoding (bomb limit, truncation, CMYK/palette/alpha/animation), size and aspect
     rules; sha256 then banded-pHash dedup; optional CLIP/SigLIP relevance. Writes the pairs and the
-    content-addressed image store. Its `in` counts `<img>` tags, plus one unit per page whose tags cannot
-    be read."""
+    content-addressed image store. Images of interleaved documents that later stages dropped come in
+    as recycling candidates (`image_pairs.recycle`; OUT/recycle/<stage>, once those stages' writes are
+    done) and go through the same rules and dedup. Its `in` counts `<img>` tags and candidates, plus
+    one unit per page whose tags cannot be read. Registered after the interleaved stages it reads."""
 
     name, config, reads, starts_group = "image_pairs", ImagePairsConfig, READS_INPUT, True
     schema, outputs, settings_from = None, ("docs/pairs", "images/pairs"), ("read", "write")
@@ -572,6 +576,10 @@ class ImagesStage(Stage):
     def documents(self):
         return None
 
+    def reads_outputs_of(self, cfg):
+        return tuple(n for n in cfg["image_pairs"]["recycle"]["from_stages"]
+                     if n in STAGES and (cfg["stages"] is None or n in cfg["stages"]))
+
     def notices(self, cfg):
         if cfg["image_pairs"]["fetch"]["enabled"]:
             return ["the image fetcher is ON (image_pairs.fetch.enabled): this run makes HTTP requests to the hosts "
@@ -581,8 +589,17 @@ class ImagesStage(Stage):
     def build(self, p, cfg, docs, root):
         from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
 
+        from pipelines.stage import writes_of
+
         read = read_warcs(p, cfg)
-        res = (read.docs, read.image) | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
+        sources = self.reads_outputs_of(cfg)
+        inputs = (read.docs, read.image)
+        if sources:
+            patterns = [io.join(root, "recycle", n, "part*.parquet") for n in sources]
+            ready = [w for n in sources for w in writes_of(p, n)]
+            inputs += (io.after(p, patterns, ready, "image_pairs/Recycled") | "image_pairs/Patterns" >> beam.FlatMap(list)
+                       | "image_pairs/ReadRecycled" >> beam.io.ReadAllFromParquet(),)
+        res = inputs | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
         shards = cfg["write"]["shards"]
         pairs = res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
         images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images", "pairs"), IMAGE_SCHEMA,
@@ -591,3 +608,5 @@ class ImagesStage(Stage):
 
 
 from pipelines import interleaved  # noqa: E402,F401  registers the interleaved branch's stages, after these
+
+register(ImagesStage)  # after the interleaved stages whose recycled images it reads

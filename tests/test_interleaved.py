@@ -212,20 +212,20 @@ def test_a_url_on_many_documents_is_chrome(tmp_path):
 
 
 INTERLEAVED = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
-               "interleaved_images", "interleaved_write"]
+               "interleaved_images", "interleaved_dedup", "interleaved_vlm", "interleaved_write"]
 
 
-def _run_branch(warc: Path, out: Path, workers: int, **sections) -> dict:
+def _run_branch(warc: Path, out: Path, workers: int, also: tuple[str, ...] = (), **sections) -> dict:
     from pipelines.config import load_config
     from pipelines.run import run
 
     tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
     cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers, **sections)
-    summary = run({**cfg, "stages": INTERLEAVED}, echo=False)  # the branch alone: it reads the input itself
+    summary = run({**cfg, "stages": INTERLEAVED + list(also)}, echo=False)  # the branch reads the input itself
     stages = {s["stage"]: s for s in summary["stages"]}
     for a, b in zip(INTERLEAVED, INTERLEAVED[1:]):
         assert stages[b]["in"] == stages[a]["out"], b
-    for name in INTERLEAVED:
+    for name in INTERLEAVED + list(also):
         s = stages[name]
         assert s["in"] == s["out"] + sum(s["dropped"].values()), name
     return stages
@@ -300,3 +300,85 @@ def test_interleaved_images_from_the_warc(tmp_path):
                   and k not in ("images/in", "images/kept", "images/from_warc", "images/decoded",
                                 "images/warc_records_unreferenced"))
     assert extra["images/in"] == extra["images/kept"] + removed  # no document dropped here
+    vlm = stages["interleaved_vlm"]  # no model configured: counted, never a silent pass
+    assert vlm["extra"]["vlm/skipped_no_model"] == vlm["in"] == vlm["out"] == len(docs)
+
+
+def test_vlm_scores_drop_and_recycle_into_pairs(tmp_path):
+    """Stage 4 with a tiny random Idefics3 saved by the test (no SmolVLM weights can be had here): every
+    document gets an expected 1-5 rating from its real images; with min_score 5 every one is
+    `vlm_low_score`, and its images become recycling candidates that the pairs branch turns into pairs
+    (origin recycled, the drop named, a text from alt/figcaption/adjacent) through its own rules and
+    dedup: no image is in the pairs twice, every recycled pair's image is in the store."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from tests.test_vlm import TINY_SIDE, build_tiny_vlm
+    from tests.warc_factory import gz, response_record
+
+    # two real pages with figures and captions (some images without alt), each image URL answered in
+    # the WARC by a distinct noise JPEG (the pages' own image bytes were not captured)
+    records, rng = [], np.random.default_rng(0)
+    for name in ("qa-indic-graphemes.en.html", "qa-html-dir.html"):
+        html = (DATA / name).read_text(encoding="utf-8")
+        records.append(response_record(PAGES[name]["url"], html.encode()))
+        for node in linearise(html, PAGES[name]["url"]).images:
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (180, 240, 3), dtype=np.uint8)).save(buf, "JPEG")
+            records.append(response_record(node.image.url, buf.getvalue(), "image/jpeg"))
+    warc = tmp_path / "pages.warc.gz"
+    warc.write_bytes(b"".join(gz(r) for r in records))
+    model = build_tiny_vlm(tmp_path / "vlm")
+    sections = {"interleaved": {"chrome_words": False}, "quality": {"fineweb": False},
+                "interleaved_vlm": {"model": model, "max_side": TINY_SIDE, "min_score": 5.0, "batch_size": 3}}
+    stages = _run_branch(warc, tmp_path / "out", 1, also=("image_pairs",), **sections)
+    vlm = stages["interleaved_vlm"]
+    assert vlm["in"] > 0 and vlm["dropped"] == {"vlm_low_score": vlm["in"]} and vlm["extra"]["vlm/scored"] == vlm["in"]
+    dropped = _rows(tmp_path / "out" / "dropped" / "interleaved_vlm")
+    assert dropped and all(1.0 <= dict(d["scores"])["vlm"] < 5.0 for d in dropped)
+    candidates = _rows(tmp_path / "out" / "recycle" / "interleaved_vlm")
+    assert candidates and {c["recycled_from"] for c in candidates} == {"interleaved_vlm/vlm_low_score"}
+    assert {c["page_id"] for c in candidates} == {d["id"] for d in dropped}
+    pairs = _rows(tmp_path / "out" / "docs" / "pairs")
+    recycled = [p for p in pairs if p["origin"] == "recycled"]
+    assert recycled and {p["recycled_from"] for p in recycled} == {"interleaved_vlm/vlm_low_score"}
+    assert "figcaption" in {p["text_source"] for p in recycled} <= {"alt", "figcaption", "adjacent"}
+    assert all(p["alt"] for p in recycled)
+    page_pairs = {(p["page_id"], p["position"]) for p in pairs if p["origin"] == "page"}
+    assert not page_pairs & {(p["page_id"], p["position"]) for p in recycled}  # the page's own pair ranks first
+    shas = [p["image_sha256"] for p in pairs]
+    assert len(shas) == len(set(shas))
+    store = {r["sha256"] for r in _rows(tmp_path / "out" / "images" / "pairs")}
+    assert set(shas) == store
+    extra = stages["image_pairs"]["extra"]
+    assert extra["images/recycled/from/interleaved_vlm/vlm_low_score"] == len(candidates)
+
+
+def test_a_recycled_image_takes_the_first_text_that_passes_the_pair_rules():
+    """alt, then the figure caption, then the text block after or before it if caption-short; with none
+    usable the candidate is dropped with its alt's reason."""
+    import apache_beam as beam
+
+    from pipelines.image_pairs import _RecycledRefs, image_pairs_config
+
+    step = _RecycledRefs(image_pairs_config({"recycle": {"adjacent_max_chars": 60}}))
+    step.setup()
+    base = {"page_id": "p" * 32, "page_url": "https://x.org/a", "warc_file": "f", "warc_date": "", "position": 3,
+            "img_url": "https://x.org/figure.jpg", "recycled_from": "interleaved_vlm/vlm_low_score"}
+
+    def outcome(**texts):
+        cand = {**base, "alt": None, "caption": "", "text_before": "", "text_after": "", **texts}
+        out = [o for o in step.process(cand) if not isinstance(o, beam.pvalue.TaggedOutput) or o.tag == "dropped"]
+        (o,) = out
+        if isinstance(o, beam.pvalue.TaggedOutput):
+            return "dropped", o.value[1]
+        return o[1]["text_source"], o[1]["alt"]
+
+    assert outcome(alt="A heron standing in the reeds", caption="Fig. 2: a heron") == ("alt", "A heron standing in the reeds")
+    assert outcome(alt="", caption="Fig. 2: a grey heron at dawn") == ("figcaption", "Fig. 2: a grey heron at dawn")
+    assert outcome(text_after="The heron nest seen from the hide.") == ("adjacent", "The heron nest seen from the hide.")
+    assert outcome(text_after="x" * 61, text_before="The bridge before the flood of 1998.") == (
+        "adjacent", "The bridge before the flood of 1998.")
+    assert outcome(alt="", text_after="y " * 40) == ("dropped", "empty_alt")

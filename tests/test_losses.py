@@ -17,6 +17,8 @@ from pipelines.config import load_config
 from pipelines.run import pipeline_options, run
 from tests.warc_factory import MINI, gz, html_page, real_members, response_record
 
+TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 MINI_UNITS = 126  # records in the fixture (tests/test_warc.py)
@@ -54,8 +56,8 @@ def test_rerun_reads_a_new_file_under_an_old_glob(tmp_path, caplog):
 def test_a_file_listed_twice_and_a_copy_give_one_row_per_record(tmp_path):
     copy = tmp_path / "copy.warc.gz"
     shutil.copy(MINI, copy)
-    summary = run(load_config(TINY, input=[str(MINI), str(MINI), str(copy)], output=str(tmp_path / "out"),
-                              workers=1), echo=False)
+    cfg = load_config(TINY, input=[str(MINI), str(MINI), str(copy)], output=str(tmp_path / "out"), workers=1)
+    summary = run({**cfg, "stages": TEXT_BRANCH + ["pack"]}, echo=False)
     stages = {s["stage"]: s for s in summary["stages"]}
     assert stages["read"]["in"] == 2 * MINI_UNITS  # the file matched twice is read once
     kept = rows(tmp_path / "out" / "docs" / "text")
@@ -102,20 +104,20 @@ def test_damaged_plain_warc_loses_only_the_damaged_record(tmp_path):
 
 def test_loss_audit_names_a_lost_row(tmp_path):
     out = tmp_path / "out"
-    text_branch = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
-    summary = run(load_config(TINY, input=[str(MINI)], output=str(out), workers=1), echo=False)
-    assert summary["audit"]["stages"] == text_branch and summary["audit"]["kept"] == "docs/text"
+    summary = run({**load_config(TINY, input=[str(MINI)], output=str(out), workers=1), "stages": TEXT_BRANCH},
+                  echo=False)
+    assert summary["audit"]["stages"] == TEXT_BRANCH and summary["audit"]["kept"] == "docs/text"
     assert summary["audit"]["ok"] and summary["audit"]["rows"] == len(rows(out / "docs" / "text")) + sum(
-        len(rows(out / "dropped" / s)) for s in text_branch)
+        len(rows(out / "dropped" / s)) for s in TEXT_BRANCH)
     victim = next(p for p in sorted((out / "dropped" / "quality").glob("*.parquet")) if pq.read_table(p).num_rows)
     table = pq.read_table(victim)
     pq.write_table(table.slice(1), victim)  # a row vanishes between stages
     cfg = load_config(TINY, output=str(out), workers=1)
     with pytest.raises(LossAuditError, match="file_rows_mismatch"):
-        audit(pipeline_options(cfg), str(out), text_branch, "docs/text")
+        audit(pipeline_options(cfg), str(out), TEXT_BRANCH, "docs/text")
     pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), victim)  # and now one is there twice
     with pytest.raises(LossAuditError, match=table.column("id")[0].as_py()):
-        audit(pipeline_options(cfg), str(out), text_branch, "docs/text")
+        audit(pipeline_options(cfg), str(out), TEXT_BRANCH, "docs/text")
 
 
 def test_network_is_off_unless_the_users_config_turns_it_on(tmp_path, caplog):

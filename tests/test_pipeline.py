@@ -18,6 +18,8 @@ from pipelines.stages import STAGES
 from pipelines.run import run
 from tests.warc_factory import DATA, MINI, gz, html_page, real_members, response_record
 
+TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 INPUTS = [str(MINI), str(DATA / "warc" / "whirlwind.warc.gz"), str(DATA / "warc" / "whirlwind.warc.wet.gz")]
@@ -107,21 +109,24 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
         assert (out1 / rel).read_bytes() == (tmp_path / rel).read_bytes()
 
 
-def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, capsys):
+def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path, capsys):
+    import shutil
+
     out, first = one_worker
     again = run(load_config(TINY, input=INPUTS, output=str(out), workers=1))
     assert all(s["reused"] for s in again["stages"])
-    cfg = load_config(TINY, input=INPUTS, output=str(out), workers=1)
+    shutil.copytree(out, tmp_path / "out")  # the fixture's output stays as it was, for other tests
+    cfg = load_config(TINY, input=INPUTS, output=str(tmp_path / "out"), workers=1)
     cfg["quality"] = {"c4": False}
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
                       "exact_dedup": False, "near_dedup": False, "write": False, "pack": False,
-                      "image_pairs": True,  # the interleaved group: its text verdicts follow `quality`
+                      # the interleaved branch's text verdicts follow `quality`; the pairs recycle its drops
                       "interleaved": False, "interleaved_text": False, "interleaved_exact_dedup": False,
-                      "interleaved_near_dedup": False, "interleaved_images": False, "interleaved_write": False}
+                      "interleaved_near_dedup": False, "interleaved_images": False, "interleaved_dedup": False,
+                      "interleaved_vlm": False, "interleaved_write": False, "image_pairs": False}
     assert "c4_too_few_sentences" not in changed["stages"][3]["dropped"]
-    run(load_config(TINY, input=INPUTS, output=str(out), workers=1))  # restore for other tests
     capsys.readouterr()
     assert cli_main(["stats", str(out)]) == 0
     table = capsys.readouterr().out
@@ -179,13 +184,17 @@ def test_a_run_killed_after_a_group_resumes_byte_identical(one_worker, tmp_path)
 
 
 def test_selected_stages_run_without_branches_they_do_not_need(tmp_path):
-    """`--stages image_pairs` on a fresh folder runs that branch alone (it reads the input itself);
-    `--stages pack` cannot: the groups it reads from have no output."""
+    """The image branches selected on a fresh folder run without the text branch (they read the input
+    themselves); `--stages image_pairs` alone and `--stages pack` cannot run: the interleaved stages
+    whose dropped documents the pairs recycle, and the groups pack reads from, have no output."""
     from pipelines.config import UserError
 
     cfg = load_config(TINY, input=[str(MINI)], output=str(tmp_path), workers=1)
-    summary = run(cfg, stages=["image_pairs"], echo=False)
-    assert [s["stage"] for s in summary["stages"]] == ["image_pairs"] and "audit" not in summary
+    with pytest.raises(UserError, match="stages interleaved\\+.* have no finished output"):
+        run(cfg, stages=["image_pairs"], echo=False)
+    images = [n for n in STAGES if n.startswith("interleaved")] + ["image_pairs"]
+    summary = run(cfg, stages=images, echo=False)
+    assert [s["stage"] for s in summary["stages"]] == images and "audit" not in summary
     assert not (tmp_path / "read" / "_SUCCESS").exists() and (tmp_path / "image_pairs" / "_SUCCESS").exists()
     with pytest.raises(UserError, match="stages read\\+extract have no finished output"):
         run(cfg, stages=["pack"], echo=False)
@@ -210,7 +219,8 @@ def test_damaged_input_completes_with_reasons(tmp_path):
     ])
     path = tmp_path / "damaged.warc.gz"
     path.write_bytes(damaged)
-    summary = run(load_config(TINY, input=[str(path)], output=str(tmp_path / "out"), workers=1))
+    cfg = load_config(TINY, input=[str(path)], output=str(tmp_path / "out"), workers=1)
+    summary = run({**cfg, "stages": TEXT_BRANCH})  # the reader's damage; the image branches' is fuzzed
     read, extract = summary["stages"][0], summary["stages"][1]
     assert read["dropped"]["corrupt_gzip_member"] == 1
     assert read["dropped"]["bad_warc_header"] == 1
