@@ -157,12 +157,14 @@ class ClipScorer:
         self.model = classes[kind].from_pretrained(model).to(device).eval()
         self.processor = AutoProcessor.from_pretrained(model)
         self.padding = "max_length" if kind.startswith("siglip") else True  # SigLIP was trained on padded text
+        # the text tower's own length (CLIP: 77), whatever the tokenizer's model_max_length says
+        self.max_tokens = self.model.config.text_config.max_position_embeddings
 
     def encode(self, images: list[Image.Image], texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """L2-normalised (image embeddings, text embeddings), one row per pair."""
         with self.torch.inference_mode():
             inputs = self.processor(text=texts, images=images, return_tensors="pt", padding=self.padding,
-                                    truncation=True).to(self.device)
+                                    truncation=True, max_length=self.max_tokens).to(self.device)
             out = self.model(**inputs)
             img = self.torch.nn.functional.normalize(out.image_embeds.float(), dim=-1)
             txt = self.torch.nn.functional.normalize(out.text_embeds.float(), dim=-1)

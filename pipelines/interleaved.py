@@ -25,6 +25,7 @@ counters `images/in`, `images/kept`, `images/chrome`, `images/<URL rule reason>`
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -312,6 +313,46 @@ class AttachImages(beam.PTransform):
         return attached.docs, images, attached[DROPPED], counters | "AllCounters" >> beam.Flatten()
 
 
+_STORE: "weakref.WeakKeyDictionary[beam.Pipeline, beam.PCollection]" = weakref.WeakKeyDictionary()
+
+
+def image_store(p, root: str):
+    """The interleaved image store (IMAGE_SCHEMA rows) for the stages after stage 2: its PCollection
+    when stage 2 ran in this pipeline, else its files from an earlier run."""
+    if p not in _STORE:
+        _STORE[p] = io.read_parquet(p, io.join(root, "images", "interleaved"), "interleaved/ReadImageStore")
+    return _STORE[p]
+
+
+def _with_image_bytes(element):
+    """(doc id, {"doc": [doc], "images": [(sha256, bytes)]}) -> (doc, its image bytes in node order)."""
+    _, group = element
+    (doc,) = group["doc"]
+    data = dict(group["images"])
+    return doc, [data[n["image_sha256"]] for n in doc["nodes"] if n["type"] == "image"]
+
+
+class WithImageBytes(beam.PTransform):
+    """(documents, image store rows) -> (doc, [image bytes in node order]): a two-pass join by sha256
+    (an image on a million documents is streamed), then by document."""
+
+    def expand(self, pcolls):
+        docs, images = pcolls
+        per_doc = ((images | "TagBytes" >> beam.Map(lambda r: (r["sha256"], (_INFO, r["bytes"]))),
+                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
+                                                                 for n in d["nodes"] if n["type"] == "image"]))
+                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
+                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
+        return ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
+                | "JoinDocs" >> beam.CoGroupByKey() | "WithBytes" >> beam.Map(_with_image_bytes))
+
+
+def decode_rules(cfg: dict) -> dict:
+    """The pairs branch's decoder limits under this branch's size and aspect rules."""
+    return {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
+            "max_aspect": cfg["interleaved"]["max_aspect"]}
+
+
 # --------------------------------------------------------------- stage 3: image-aware filter and dedup
 class InterleavedDedupConfig(Section):
     """Stage 3 (dedup/multimodal.py); the pHash distance and banding are the pairs branch's
@@ -376,13 +417,66 @@ class _RemoveFrequent(beam.DoFn):
         yield {**doc, "image_set": image_set_key(info[sha][1] for sha in images)}
 
 
+def image_text(nodes: list[dict], i: int) -> str:
+    """What image node `i` is judged against: its alt, else its figure caption, else the text block
+    after it, else the one before it."""
+    node = nodes[i]
+    after = nodes[i + 1]["text"] if i + 1 < len(nodes) and nodes[i + 1]["type"] == "text" else ""
+    before = nodes[i - 1]["text"] if i > 0 and nodes[i - 1]["type"] == "text" else ""
+    return next((t.strip() for t in (node.get("alt"), node.get("caption"), after, before) if t and t.strip()), "")
+
+
+class _ScoreRelevance(beam.DoFn):
+    """A batch of (doc, [image bytes]) -> each document without the images whose CLIP/SigLIP cosine
+    with their text (image_text) is below `relevance.threshold` (`images/low_relevance`), its lowest
+    kept cosine in scores.clip_min (rounded to 1e-4: batch composition never changes a byte); or
+    `no_images` when none is left. The model (the pairs branch's `relevance` section) loads in setup()."""
+
+    def __init__(self, relevance: dict, decode: dict):
+        self.relevance, self.decode = relevance, decode
+        self.scorer = None
+
+    def setup(self):
+        from filters.image import ClipScorer
+
+        self.scorer = ClipScorer(self.relevance["model"], self.relevance["device"])
+
+    def process(self, batch):
+        from filters.image import open_image
+
+        images, texts = [], []
+        for doc, data in batch:
+            images += [open_image(b, self.decode, 448)[0] for b in data]
+            texts += [image_text(doc["nodes"], i) for i, n in enumerate(doc["nodes"]) if n["type"] == "image"]
+        img, txt = self.scorer.encode(images, texts) if images else ([], [])
+        cosines = iter([round(float(c), 4) for c in (img * txt).sum(axis=1)] if images else [])
+        threshold = self.relevance["threshold"]
+        for doc, _ in batch:
+            score = {id(n): next(cosines) for n in doc["nodes"] if n["type"] == "image"}  # by node identity
+            yield counter("images/relevance/scored", len(score))
+            low = {k for k, c in score.items() if c < threshold}
+            if low:
+                yield counter("images/low_relevance", len(low))
+            nodes = _without_images(doc["nodes"], lambda n: id(n) in low)
+            kept = [c for k, c in score.items() if k not in low]
+            doc = {**doc, "nodes": nodes}
+            if not kept:
+                yield dropped(drop_row(doc, "interleaved_dedup", "no_images",
+                                       f"every image's relevance is below {threshold}"))
+            else:
+                yield with_scores(doc, clip_min=min(kept))
+
+
 class ImageAwareDedup(beam.PTransform):
     """Stage 3 (dedup/multimodal.py): documents -> (kept, duplicates (doc, survivor id, cluster size),
-    drops, counters)."""
+    drops, counters); with a relevance model, the kept documents' images are then scored against
+    their text (_ScoreRelevance: `store` gives the bytes), else counted `images/relevance/skipped_no_model`."""
 
-    def __init__(self, cfg: dict, phash: dict, survivor: str):
+    def __init__(self, cfg: dict, phash: dict, survivor: str, relevance: dict | None = None, store=None,
+                 decode: dict | None = None):
         super().__init__()
         self.cfg, self.phash, self.rank = cfg, phash, SURVIVOR_RULES[survivor]
+        self.relevance, self.store, self.decode = relevance, store, decode
 
     def expand(self, docs):
         ph, cfg = self.phash, self.cfg
@@ -400,8 +494,21 @@ class ImageAwareDedup(beam.PTransform):
                     | "RemoveFrequent" >> beam.ParDo(_RemoveFrequent(cfg["max_docs_per_image"])).with_outputs(
                         DROPPED, COUNTERS, main="docs"))
         deduped = filtered.docs | "SameImages" >> DedupSameImages(self.rank, cfg["text_threshold"], cfg["max_reps"])
-        counters = (filtered[COUNTERS], deduped[COUNTERS]) | "Counters" >> beam.Flatten()
-        return deduped.kept, deduped[DUPLICATES], filtered[DROPPED], counters
+        counters, drops, kept = [filtered[COUNTERS], deduped[COUNTERS]], [filtered[DROPPED]], deduped.kept
+        if self.relevance and self.relevance["model"]:
+            scored = ((kept, self.store) | "ImageBytes" >> WithImageBytes()
+                      | "Batch" >> beam.BatchElements(min_batch_size=1,
+                                                      max_batch_size=max(1, self.relevance["batch_size"] // 4))
+                      | "Relevance" >> beam.ParDo(_ScoreRelevance(self.relevance, self.decode)).with_outputs(
+                          DROPPED, COUNTERS, main="docs"))
+            kept = scored.docs
+            counters.append(scored[COUNTERS])
+            drops.append(scored[DROPPED])
+        else:
+            counters.append(kept | "RelevanceSkipped" >> beam.Map(
+                lambda d: ("images/relevance/skipped_no_model", sum(n["type"] == "image" for n in d["nodes"]))))
+        return (kept, deduped[DUPLICATES], drops | "Drops" >> beam.Flatten(),
+                counters | "Counters" >> beam.Flatten())
 
 
 # ------------------------------------------------------------------------------ stage 4: VLM scoring
@@ -440,8 +547,8 @@ class _ScoreVlm(beam.DoFn):
     def process(self, batch):
         from filters.image import open_image
 
-        inputs = [([open_image(b, self.decode, self.cfg["max_side"])[0] for b in images], doc["text"])
-                  for doc, images in batch]
+        inputs = [([open_image(b, self.decode, self.cfg["max_side"])[0] for b in images],
+                   "\n\n".join(n["text"] for n in doc["nodes"] if n["type"] == "text")) for doc, images in batch]
         for (doc, _), score in zip(batch, self.scorer.score(inputs)):
             doc = with_scores(doc, vlm=round(score, 4))
             yield counter("vlm/scored")
@@ -453,15 +560,6 @@ class _ScoreVlm(beam.DoFn):
                 yield doc
 
 
-def _with_image_bytes(element):
-    """(doc id, {"doc": [doc], "images": [(sha256, bytes)]}) -> (doc with its `text`, image bytes in node order)."""
-    _, group = element
-    (doc,) = group["doc"]
-    data = dict(group["images"])
-    text = "\n\n".join(n["text"] for n in doc["nodes"] if n["type"] == "text")
-    return {**doc, "text": text}, [data[n["image_sha256"]] for n in doc["nodes"] if n["type"] == "image"]
-
-
 class ScoreWithVlm(beam.PTransform):
     """(documents, image store rows) -> (kept, drops, recycle: dropped documents, counters): each document
     with the bytes of its images (a two-pass join by sha256, then by document), batched, scored."""
@@ -471,14 +569,7 @@ class ScoreWithVlm(beam.PTransform):
         self.cfg, self.decode = cfg, decode
 
     def expand(self, pcolls):
-        docs, images = pcolls
-        per_doc = ((images | "TagBytes" >> beam.Map(lambda r: (r["sha256"], (_INFO, r["bytes"]))),
-                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
-                                                                 for n in d["nodes"] if n["type"] == "image"]))
-                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
-                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
-        scored = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
-                  | "JoinDocs" >> beam.CoGroupByKey() | "WithBytes" >> beam.Map(_with_image_bytes)
+        scored = (pcolls | "ImageBytes" >> WithImageBytes()
                   | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_size"])
                   | "Score" >> beam.ParDo(_ScoreVlm(self.cfg, self.decode)).with_outputs(
                       DROPPED, COUNTERS, "recycle", main="docs"))
@@ -608,6 +699,7 @@ class InterleavedImagesStage(Stage):
                                                                                        cfg["image_pairs"]))
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
             io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg["write"]["shards"])
+        _STORE[p] = images  # the later stages' image bytes, in this pipeline
         return Built(kept, drops, counters, (written,))
 
 
@@ -628,17 +720,22 @@ class InterleavedDedupStage(Stage):
     """Stage 3 (dedup/multimodal.py): images whose pHash neighbourhood is on more than
     `max_docs_per_image` documents leave every document (`images/frequent_image`; a document left with
     none is `no_images`), then near-duplicate documents judged on text and image set together
-    (`multimodal_duplicate`, naming the survivor; the text branch's survivor rule). The dropped
-    duplicates' images are recycling candidates for the pairs branch (OUT/recycle/interleaved_dedup)."""
+    (`multimodal_duplicate`, naming the survivor; the text branch's survivor rule), then, with the
+    pairs branch's CLIP/SigLIP model configured (`image_pairs.relevance`), images whose cosine with
+    their alt, caption or adjacent text is below its threshold (`images/low_relevance`; without a
+    model, `images/relevance/skipped_no_model`). The dropped duplicates' images are recycling
+    candidates for the pairs branch (OUT/recycle/interleaved_dedup)."""
 
     name, config, schema = "interleaved_dedup", InterleavedDedupConfig, INTERLEAVED_SCHEMA
-    settings_from, outputs = ("image_pairs", "near_dedup"), ("recycle/interleaved_dedup",)
+    settings_from, outputs = ("interleaved", "image_pairs", "near_dedup"), ("recycle/interleaved_dedup",)
     reasons = ("no_images", "multimodal_duplicate")
 
     def build(self, p, cfg, docs, root):
         name = self.name
+        relevance = cfg["image_pairs"]["relevance"]
         kept, dups, drops, counters = docs | f"{name}/Dedup" >> ImageAwareDedup(
-            cfg[name], cfg["image_pairs"]["phash"], cfg["near_dedup"]["survivor"])
+            cfg[name], cfg["image_pairs"]["phash"], cfg["near_dedup"]["survivor"], relevance,
+            image_store(p, root) if relevance["model"] else None, decode_rules(cfg))
         dup_rows = dups | f"{name}/Drops" >> beam.MapTuple(
             lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{name}_group_size": float(size)}), name,
                                                  "multimodal_duplicate", survivor))
@@ -661,8 +758,6 @@ class InterleavedVlmStage(Stage):
     reasons = ("vlm_low_score",)
 
     def build(self, p, cfg, docs, root):
-        from pipelines.stage import writes_of
-
         name, c = self.name, cfg[self.name]
         if not c["model"]:
             skipped = docs | f"{name}/Skipped" >> beam.Map(lambda _: ("vlm/skipped_no_model", 1))
@@ -670,11 +765,8 @@ class InterleavedVlmStage(Stage):
             zero = p | f"{name}/Zero" >> beam.Create([("vlm/skipped_no_model", 0)])
             counters = (skipped, zero) | f"{name}/Counters" >> beam.Flatten()
             return Built(docs, none, counters, (write_recycle(none, root, name),))
-        store = (io.after(p, io.join(root, "images", "interleaved", "part*.parquet"), writes_of(p, "interleaved_images"),
-                          f"{name}/Store") | f"{name}/ReadStore" >> beam.io.ReadAllFromParquet())
-        decode = {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
-                  "max_aspect": cfg["interleaved"]["max_aspect"]}
-        kept, drops, rejected, counters = (docs, store) | f"{name}/Score" >> ScoreWithVlm(c, decode)
+        kept, drops, rejected, counters = ((docs, image_store(p, root))
+                                           | f"{name}/Score" >> ScoreWithVlm(c, decode_rules(cfg)))
         candidates = rejected | f"{name}/Recycle" >> beam.FlatMap(_recycle(name, "vlm_low_score"))
         return Built(kept, drops, counters, (write_recycle(candidates, root, name),))
 

@@ -18,6 +18,11 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory):
+    return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
+
+
+def build_tiny_clip(path) -> str:
+    """Save a tiny random CLIPModel and its processor under `path`; returns it as str."""
     import torch
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
 
@@ -36,7 +41,6 @@ def tiny_clip(tmp_path_factory):
     processor = CLIPProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
                                                                  crop_size={"height": 32, "width": 32}),
                               tokenizer=CLIPTokenizer(vocab=vocab, merges=[]))
-    path = tmp_path_factory.mktemp("tiny-clip")
     CLIPModel(config).save_pretrained(path)
     processor.save_pretrained(path)
     return str(path)

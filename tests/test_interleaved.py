@@ -315,6 +315,7 @@ def test_vlm_scores_drop_and_recycle_into_pairs(tmp_path):
     import numpy as np
     from PIL import Image
 
+    from tests.test_images_clip import build_tiny_clip
     from tests.test_vlm import TINY_SIDE, build_tiny_vlm
     from tests.warc_factory import gz, response_record
 
@@ -331,9 +332,14 @@ def test_vlm_scores_drop_and_recycle_into_pairs(tmp_path):
     warc = tmp_path / "pages.warc.gz"
     warc.write_bytes(b"".join(gz(r) for r in records))
     model = build_tiny_vlm(tmp_path / "vlm")
+    clip = build_tiny_clip(tmp_path / "clip")  # stage 3's relevance, here with a threshold that keeps all
     sections = {"interleaved": {"chrome_words": False}, "quality": {"fineweb": False},
+                "image_pairs": {"relevance": {"model": clip, "threshold": -1.0}},
                 "interleaved_vlm": {"model": model, "max_side": TINY_SIDE, "min_score": 5.0, "batch_size": 3}}
     stages = _run_branch(warc, tmp_path / "out", 1, also=("image_pairs",), **sections)
+    relevance = stages["interleaved_dedup"]["extra"]["images/relevance/scored"]
+    assert relevance == sum(1 for d in _rows(tmp_path / "out" / "interleaved_dedup") for n in d["nodes"]
+                            if n["type"] == "image") > 0
     vlm = stages["interleaved_vlm"]
     assert vlm["in"] > 0 and vlm["dropped"] == {"vlm_low_score": vlm["in"]} and vlm["extra"]["vlm/scored"] == vlm["in"]
     dropped = _rows(tmp_path / "out" / "dropped" / "interleaved_vlm")
@@ -382,3 +388,52 @@ def test_a_recycled_image_takes_the_first_text_that_passes_the_pair_rules():
     assert outcome(text_after="x" * 61, text_before="The bridge before the flood of 1998.") == (
         "adjacent", "The bridge before the flood of 1998.")
     assert outcome(alt="", text_after="y " * 40) == ("dropped", "empty_alt")
+
+
+def test_images_below_the_relevance_threshold_leave_their_document(tmp_path):
+    """Stage 3's relevance step on a tiny random CLIP: with the threshold between two images' cosines
+    the lower one is removed (the text blocks around it joined), and a document whose images are all
+    below it is `no_images`; every cosine is counted."""
+    import io
+
+    import apache_beam as beam
+    from PIL import Image
+
+    from pipelines.image_pairs import image_pairs_config
+    from pipelines.interleaved import _ScoreRelevance
+    from tests.test_images_clip import build_tiny_clip
+
+    def jpeg(color):
+        buf = io.BytesIO()
+        Image.new("RGB", (200, 160), color).save(buf, "JPEG")
+        return buf.getvalue()
+
+    data = [jpeg((200, 30, 30)), jpeg((20, 20, 220))]
+    nodes = [{"type": "text", "text": "intro"}, {"type": "image", "alt": "red square"},
+             {"type": "text", "text": "middle"}, {"type": "image", "caption": "blue square"},
+             {"type": "text", "text": "end"}]
+    doc = {"id": "d" * 32, "url": "https://x.org/", "nodes": nodes, "scores": {}}
+    relevance = {**image_pairs_config({})["relevance"], "model": build_tiny_clip(tmp_path / "clip")}
+    step = _ScoreRelevance(relevance, image_pairs_config({}))
+    step.setup()
+    red, blue = step.scorer.score([Image.open(io.BytesIO(b)) for b in data], ["red square", "blue square"])
+
+    def outcome(threshold):
+        step.relevance = {**relevance, "threshold": threshold}
+        out = list(step.process([(doc, data)]))
+        tagged = [o for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
+        counters = dict(o.value for o in tagged if o.tag == "counters")
+        assert counters["images/relevance/scored"] == 2
+        return [o for o in out if not isinstance(o, beam.pvalue.TaggedOutput)], \
+            [o.value for o in tagged if o.tag == "dropped"], counters
+
+    kept, drops, counters = outcome((red + blue) / 2)
+    (kept,) = kept
+    assert not drops and counters["images/low_relevance"] == 1
+    (image,) = [n for n in kept["nodes"] if n["type"] == "image"]
+    assert image.get("alt" if red > blue else "caption")
+    texts = [n["text"] for n in kept["nodes"] if n["type"] == "text"]
+    assert texts == (["intro", "middle\n\nend"] if red > blue else ["intro\n\nmiddle", "end"])
+    assert dict(kept["scores"])["clip_min"] == round(max(red, blue), 4)
+    kept, drops, counters = outcome(2.0)
+    assert not kept and [d["reason"] for d in drops] == ["no_images"] and counters["images/low_relevance"] == 2
