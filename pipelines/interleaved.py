@@ -40,7 +40,7 @@ from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
-from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, NearDedupStage,
+from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, ImagesStage, NearDedupStage,
                               ScoreSyntheticText, WriteStage)
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
@@ -778,3 +778,6 @@ class InterleavedWriteStage(WriteStage):
 
     name, config, settings_from = "interleaved_write", Section, ("write",)
     outputs, folder, doc_schema = ("docs/interleaved",), "docs/interleaved", INTERLEAVED_SCHEMA
+
+
+register(ImagesStage)  # the pairs branch, after the interleaved stages whose dropped documents it recycles

@@ -607,6 +607,5 @@ class ImagesStage(Stage):
         return Built(None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters, (pairs, images))
 
 
-from pipelines import interleaved  # noqa: E402,F401  registers the interleaved branch's stages, after these
-
-register(ImagesStage)  # after the interleaved stages whose recycled images it reads
+# registers the interleaved branch's stages after these, then ImagesStage (whichever module is imported first)
+from pipelines import interleaved  # noqa: E402,F401
