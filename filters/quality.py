@@ -423,7 +423,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gopher_top_{n}gram", "gopher_top_{n}gram_frac", "gopher_top_ngram_fracs", ">",
          ((2, 0.20), (3, 0.18), (4, 0.16)), "gopher_repetition",
          f"{_GOPHER_A1}: top 2/3/4-gram character fraction 0.20/0.18/0.16; {_DT_GR}: top_char_length / "
-         "len(text) > n_frac (here over word characters, see _measure_gopher_repetition)",
+         "len(text) > n_frac (here over word characters, and the characters its occurrences cover counted "
+         "once, so overlapping repeats never exceed 1; see _measure_gopher_repetition)",
          "Maximum share of word characters in the most frequent word n-gram, per n"),
     Rule("gopher_dup_{n}gram", "gopher_dup_{n}gram_frac", "gopher_dup_ngram_fracs", ">",
          ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)), "gopher_repetition",
@@ -903,9 +904,11 @@ class QualityFilter:
         * duplicate lines / paragraphs: fraction of (non-blank, stripped) lines and of
           paragraphs (split on blank lines) that are exact repeats of an earlier one, and
           the fraction of the document's characters inside those repeats;
-        * top n-gram (each n of ``gopher_top_ngram_fracs``): characters of the most frequent
-          word n-gram times its count, over all word characters; 0 when no n-gram occurs
-          twice;
+        * top n-gram (each n of ``gopher_top_ngram_fracs``): characters covered by the
+          occurrences of the most frequent word n-gram, overlaps counted once, over all word
+          characters (Gopher: "the fraction of characters contained within the most frequent
+          n-gram"; length x count, datatrove's, exceeds 1 when occurrences overlap); 0 when no
+          n-gram occurs twice;
         * duplicate n-grams (each n of ``gopher_dup_ngram_fracs``): fraction of word
           characters covered by n-gram occurrences that repeat an earlier occurrence,
           overlaps counted once.
@@ -967,9 +970,17 @@ class QualityFilter:
                 counts = np.bincount(gram)
                 top = int(counts.max())
                 if top >= 2:
+                    # the most frequent n-gram (ties: the longest in characters, then the first
+                    # seen); its characters are those of the words its occurrences cover, each
+                    # once: occurrences overlap when a phrase repeats with a period shorter than
+                    # n ("click here. click here." for n = 3), and length x count would exceed 1
                     glen = np.empty(len(counts), np.int64)
                     glen[gram] = csum[n:n + m] - csum[:m]
-                    out[f"gopher_top_{top_ns[n]}gram_frac"] = _div(int(glen[counts == top].max()) * top, total)
+                    tied = np.flatnonzero(counts == top)
+                    best = tied[glen[tied] == glen[tied].max()]
+                    g = best[np.argmin(first[best])]
+                    covered = np.convolve((gram == g).astype(np.int64), np.ones(n, np.int64)) > 0
+                    out[f"gopher_top_{top_ns[n]}gram_frac"] = _div(int(lens[covered].sum()), total)
             if n in dup_ns:
                 is_repeat = first[gram] != np.arange(m)
                 if is_repeat.any():

@@ -126,7 +126,9 @@ def test_network_is_off_unless_the_users_config_turns_it_on(tmp_path, caplog):
     assert load_config(str(bare))["image_pairs"]["fetch"]["enabled"] is False
     for name in ("local.yaml", "dataflow.yaml", "flink.yaml", "spark.yaml", "tiny.yaml"):
         assert load_config(str(ROOT / "configs" / name))["image_pairs"]["fetch"]["enabled"] is False, name
-    cfg = load_config(TINY, input=[str(MINI)], output=str(tmp_path / "out"), workers=1)
+    page = tmp_path / "page.warc.gz"  # a page without images: the notice is what is checked, not fetching
+    page.write_bytes(gz(response_record("http://text.test/", html_page(["Only text, no image at all."]))))
+    cfg = load_config(TINY, input=[str(page)], output=str(tmp_path / "out"), workers=1)
     cfg["stages"], cfg["image_pairs"]["fetch"]["enabled"] = ["read", "extract", "image_pairs"], True
     cfg["image_pairs"]["fetch"]["allow_private"] = False
     with caplog.at_level(logging.WARNING, logger="curate"):

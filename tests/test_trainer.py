@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.test_trainer_shards import build_shards, documents
-from trainer.data import (IGNORE, VocabMap, find_phases, is_held_out, rows_to_batch, split_segments,
+from trainer.data import (IGNORE, VocabMap, find_phases, is_held_out, rows_to_batch, split_segments, training_counts,
                           token_byte_lengths)
 from trainer.loop import batch_losses
 from trainer.model import (ModelConfig, Transformer, block_causal_mask, positions_from_segments,
@@ -178,7 +178,8 @@ def test_compact_vocab_is_a_distribution_over_the_full_vocabulary(shards):
     shards_dir, doc_tok, _ = shards
     phases = list(find_phases(shards_dir).values())
     V = doc_tok.info.vocab_size
-    vocab = VocabMap.compact(phases, 20, V, min_count=2, always=(doc_tok.info.bos_id, doc_tok.info.eos_id))
+    vocab = VocabMap.compact(training_counts(phases, 20, V), min_count=2,
+                             always=(doc_tok.info.bos_id, doc_tok.info.eos_id))
     assert 0 < len(vocab.keep) < V and vocab.size == len(vocab.keep) + 1
     model = tiny_model(vocab.size)
     row = [np.array([0, 5, 6, 7, 8])]
@@ -205,3 +206,27 @@ def test_phase_stream_cursor_resumes_at_the_same_sequence_across_epochs(shards):
     for k in (0, 5, phase.sequences + 2):
         resumed = PhaseStream(phase, consumed=k)
         assert [resumed.next()["index"] for _ in range(4)] == order[k:k + 4] and resumed.consumed == k + 4
+
+
+def test_evaluation_reports_baselines_on_the_same_targets():
+    """Held-out figures come with the uniform and unigram losses of the same targets and the loss on
+    the targets a compact vocabulary keeps; the parts add up to the whole."""
+    from trainer.data import unigram_log_probs
+    from trainer.loop import evaluate
+
+    V = 50
+    vocab = VocabMap(V, keep=list(range(10)))
+    model = tiny_model(vocab.size)
+    rows = [[np.array([0, 3, 4, 30, 5, 41, 2])], [np.array([1, 7, 7, 8, 9])]]
+    counts = np.bincount([3, 4, 4, 5, 7, 30], minlength=V)
+    unigram = torch.from_numpy(unigram_log_probs(counts))
+    r = evaluate(model, rows, vocab, None, torch.device("cpu"), "dense", unigram=unigram)
+    targets = [3, 4, 30, 5, 41, 2, 7, 7, 8, 9]  # each segment's next tokens
+    assert r["targets"] == len(targets) and r["unk_targets"] == 2
+    assert r["uniform_loss"] == pytest.approx(math.log(V))
+    assert r["unigram_loss"] == pytest.approx(-float(unigram[targets].double().mean()))
+    with torch.no_grad():
+        ce = torch.cat([batch_losses(model, rows_to_batch([row]), vocab, torch.device("cpu"), "dense")[0]
+                        for row in rows]).double()
+    kept = torch.tensor([t < 10 for t in targets])
+    assert r["loss"] == pytest.approx(float(ce.mean())) and r["in_vocab_loss"] == pytest.approx(float(ce[kept].mean()))

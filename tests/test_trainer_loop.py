@@ -41,6 +41,15 @@ def test_short_run_lowers_the_loss_and_reports_finite_bpb(shards):
     held = out["heldout"]
     assert held["tokens"] > 0 and held["bytes"] > 0 and 0 < held["bpb"] < 20 and math.isfinite(held["loss"])
     assert held["bpb"] == pytest.approx(held["loss"] * held["targets"] / (math.log(2) * held["bytes"]))
+    # the figure comes with baselines on the same targets: uniform over the tokenizer's vocabulary
+    # (ln V), the add-one training unigram (below uniform: it learnt the frequencies), and the loss on
+    # the targets inside the compact vocabulary (all of them in this fixture)
+    assert held["uniform_loss"] == pytest.approx(math.log(out["vocab"]["tokenizer_vocab"]))
+    assert held["unigram_loss"] < held["uniform_loss"]
+    assert held["unk_targets"] == 0 and held["in_vocab_loss"] == pytest.approx(held["loss"])
+    in_vocab = held["targets"] - held["unk_targets"]
+    assert held["in_vocab_nats"] / in_vocab == pytest.approx(held["in_vocab_loss"])
+    assert any("uniform over" in line and "training unigram" in line for line in lines)
     assert out["tokens_per_s"] > 0 and out["trained_tokens"] <= out["tokens"]
     assert set(out["routing"]) == {"sinkhorn", "muon_headwise", "muon", "adamw"}
     entry = out["history"][-1]

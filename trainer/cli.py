@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         "initial_loss": summary["initial_loss"], "final_loss": summary["final_loss"],
         "heldout_bpb": heldout["bpb"], "heldout_loss": heldout["loss"], "heldout_tokens": heldout["tokens"],
         "heldout_bytes": heldout["bytes"], "heldout_unk_targets": heldout.get("unk_targets"),
+        # the same targets under a uniform distribution and the training unigram, to read the loss by
+        "heldout_uniform_loss": heldout["uniform_loss"], "heldout_unigram_loss": heldout["unigram_loss"],
+        "heldout_in_vocab_loss": heldout["in_vocab_loss"],
         "heldout_by_phase": {name: {k: part[k] for k in ("bpb", "loss", "tokens", "bytes", "unk_targets")}
                              for name, part in heldout.get("by_phase", {}).items()},
         "phase_switch_step": summary["phase_switch_step"],

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, make_batch,
-                          resolve_tokenizer, rows_to_batch, token_byte_lengths)
+                          resolve_tokenizer, rows_to_batch, token_byte_lengths, training_counts, unigram_log_probs)
 from trainer.model import ModelConfig, Transformer
 from trainer.optim import AdamWTier, TieredOptimizer, build_optimizer
 from trainer.schedule import TokenSchedule, plan_tokens
@@ -133,36 +133,57 @@ def batch_losses(model: Transformer, batch: dict, vocab: VocabMap, device: torch
 
 @torch.no_grad()
 def evaluate(model: Transformer, rows: list, vocab: VocabMap, byte_lengths: torch.Tensor | None,
-             device: torch.device, attention: str = "auto", rows_per_batch: int = 1) -> dict:
-    """Held-out loss (nats per target token) and bits per byte over `rows` (lists of segments)."""
+             device: torch.device, attention: str = "auto", rows_per_batch: int = 1,
+             unigram: torch.Tensor | None = None) -> dict:
+    """Held-out loss (nats per target token) and bits per byte over `rows` (lists of segments), with
+    the baselines on the same targets (_with_rates): uniform over the tokenizer's vocabulary, the
+    training unigram (`unigram`: log p per id), and the loss on the targets a compact vocabulary keeps."""
     was_training = model.training
     model.eval()
-    nats, targets_n, n_bytes, unk = 0.0, 0, 0, 0
+    sums = dict.fromkeys(("nats", "targets", "bytes", "unk_targets", "unigram_nats", "in_vocab_nats"), 0.0)
     for i in range(0, len(rows), rows_per_batch):
         ce, targets = batch_losses(model, rows_to_batch(rows[i:i + rows_per_batch]), vocab, device, attention)
-        nats += float(ce.double().sum())
-        targets_n += targets.numel()
-        unk += int((vocab.encode(targets) == vocab.unk).sum()) if vocab.unk >= 0 else 0
+        unk = vocab.encode(targets) == vocab.unk if vocab.unk >= 0 else torch.zeros_like(targets, dtype=torch.bool)
+        sums["nats"] += float(ce.double().sum())
+        sums["in_vocab_nats"] += float(ce.double()[~unk].sum())
+        sums["targets"] += targets.numel()
+        sums["unk_targets"] += int(unk.sum())
+        if unigram is not None:
+            sums["unigram_nats"] -= float(unigram.to(targets.device)[targets].double().sum())
         if byte_lengths is not None:
-            n_bytes += int(byte_lengths.to(targets.device)[targets].sum())
+            sums["bytes"] += int(byte_lengths.to(targets.device)[targets].sum())
     model.train(was_training)
-    result = {"loss": nats / targets_n if targets_n else None, "nats": nats, "targets": targets_n,
+    result = {**{k: int(v) if k in ("targets", "bytes", "unk_targets") else v for k, v in sums.items()},
               "tokens": sum(len(s) for row in rows for s in row), "segments": sum(len(row) for row in rows),
-              "bytes": n_bytes if byte_lengths is not None else None,
-              "unk_targets": unk}  # targets outside a compact vocabulary (scored through UNK)
-    result["bpb"] = nats / (math.log(2) * n_bytes) if byte_lengths is not None and n_bytes else None
-    return result
+              "vocab_size": vocab.vocab_size, "has_unigram": unigram is not None}
+    if byte_lengths is None:
+        result["bytes"] = None
+    return _with_rates(result)
+
+
+def _with_rates(r: dict) -> dict:
+    """Per-target losses and bits per byte from the sums: `loss`, `bpb`, and on the same targets
+    `uniform_loss` (ln V), `unigram_loss`, `in_vocab_loss` (targets the vocabulary keeps; `unk_targets`
+    are the others)."""
+    n, in_vocab = r["targets"], r["targets"] - r["unk_targets"]
+    r["loss"] = r["nats"] / n if n else None
+    r["bpb"] = r["nats"] / (math.log(2) * r["bytes"]) if r["bytes"] else None
+    r["uniform_loss"] = math.log(r["vocab_size"]) if n else None
+    r["unigram_loss"] = r["unigram_nats"] / n if n and r["has_unigram"] else None
+    r["in_vocab_loss"] = r["in_vocab_nats"] / in_vocab if in_vocab else None
+    return r
 
 
 def combine_evals(parts: dict[str, dict]) -> dict:
     """The evaluation of the union of the parts' rows (sums of nats, targets, tokens, bytes), plus
     each part under "by_phase"."""
-    keys = ("nats", "targets", "tokens", "segments", "unk_targets")
+    keys = ("nats", "targets", "tokens", "segments", "unk_targets", "unigram_nats", "in_vocab_nats")
     total = {k: sum(p[k] for p in parts.values()) for k in keys}
     has_bytes = all(p["bytes"] is not None for p in parts.values())
     total["bytes"] = sum(p["bytes"] for p in parts.values()) if has_bytes else None
-    total["loss"] = total["nats"] / total["targets"] if total["targets"] else None
-    total["bpb"] = total["nats"] / (math.log(2) * total["bytes"]) if has_bytes and total["bytes"] else None
+    first = next(iter(parts.values()))
+    total.update(vocab_size=first["vocab_size"], has_unigram=first["has_unigram"])
+    total = _with_rates(total)
     total["by_phase"] = parts
     return total
 
@@ -237,7 +258,9 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     tok_info = pretrain.tokenizer
     full_vocab = int(tok_info["vocab_size"])
 
-    # ---- vocabulary and bytes table
+    # ---- vocabulary, baselines and bytes table
+    counts = training_counts(used, cfg.holdout_every, full_vocab)
+    unigram = torch.from_numpy(unigram_log_probs(counts))
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     if checkpoint is not None:
@@ -245,8 +268,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     else:
         mode = cfg.vocab if cfg.vocab != "auto" else ("compact" if dev.type == "cpu" else "full")
         if mode == "compact":
-            vocab = VocabMap.compact(used, cfg.holdout_every, full_vocab, cfg.vocab_min_count,
-                                     always=(tok_info.get("bos_id"), tok_info.get("eos_id")))
+            vocab = VocabMap.compact(counts, cfg.vocab_min_count, always=(tok_info.get("bos_id"), tok_info.get("eos_id")))
         elif mode == "full":
             vocab = VocabMap(full_vocab)
         else:
@@ -305,15 +327,21 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         return path
 
     def run_eval() -> dict:
-        result = combine_evals({name: evaluate(model, part, vocab, byte_lengths, dev, cfg.attention)
-                                for name, part in rows.items()})
+        result = combine_evals({name: evaluate(model, part, vocab, byte_lengths, dev, cfg.attention,
+                                               unigram=unigram) for name, part in rows.items()})
         result["step"] = state["step"]
         state["evals"].append(result)
 
         def fmt(r: dict) -> str:
+            if r["loss"] is None:
+                return "no held-out targets"
             bpb = f"{r['bpb']:.4f}" if r["bpb"] is not None else "n/a"
-            loss = f"{r['loss']:.4f}" if r["loss"] is not None else "n/a"
-            return f"loss {loss} nats/token, bpb {bpb} ({r['tokens']:,} tokens, {r['bytes'] or 0:,} bytes)"
+            text = (f"loss {r['loss']:.4f} nats/token (uniform over {r['vocab_size']:,} ids {r['uniform_loss']:.2f}, "
+                    f"training unigram {r['unigram_loss']:.2f}), bpb {bpb}")
+            if r["unk_targets"] and r["in_vocab_loss"] is not None:
+                share = 1 - r["unk_targets"] / r["targets"]
+                text += f", {share:.0%} of targets in the compact vocabulary: loss {r['in_vocab_loss']:.4f}"
+            return text + f" ({r['tokens']:,} tokens, {r['bytes'] or 0:,} bytes)"
 
         by_phase = "".join(f"; {name}: {fmt(r)}" for name, r in result["by_phase"].items()) if len(rows) > 1 else ""
         say(f"eval step {state['step']}: held-out {fmt(result)}{by_phase}")
