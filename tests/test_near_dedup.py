@@ -232,12 +232,12 @@ HOT_BUCKET = textwrap.dedent("""
 """)
 
 
-def test_one_bucket_of_50k_near_identical_documents(tmp_path):
-    """Every band of 50k documents is one bucket: 4 buckets of 50k (4 bands keep CI time down; more
-    bands only repeat them), one hub with 50k edges, one 50k-member cluster. Our DoFns add O(1)
+def test_one_bucket_of_30k_near_identical_documents(tmp_path):
+    """Every band of 30k documents is one bucket: 4 buckets of 30k (4 bands and 30k keep CI time down;
+    more only repeat them), one hub with 30k edges, one 30k-member cluster. Our DoFns add O(1)
     memory per group (test above); the rest is the runner's own buffering (FnApiRunner keeps each
     PCollection in memory), measured here as the child process's peak RSS."""
-    n = 50_000
+    n = 30_000
     out = subprocess.run([sys.executable, "-c", HOT_BUCKET, str(n), str(tmp_path)], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
