@@ -17,7 +17,7 @@ def _run(args, beam_args):
     if beam_args:
         cfg["beam_args"] = list(cfg["beam_args"]) + beam_args
     stages = args.stages.split(",") if args.stages else None
-    run(cfg, stages=stages, force=args.force)
+    run(cfg, stages=stages, force=args.force, progress=not args.quiet)
 
 
 def _score(args, _):
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--stages", help="comma-separated stages to (re)run; the stages they read from must be finished "
                                          "(or selected too); stages of other branches that never finished are not run")
     r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")
+    r.add_argument("--quiet", action="store_true", help="no progress lines while it runs (local runners print bytes "
+                                                        "read, an ETA and each finished group)")
     r.set_defaults(func=_run)
     st = sub.add_parser("stages", help="every stage: what it does, its drop reasons, its config keys and defaults")
     st.set_defaults(func=_stages)

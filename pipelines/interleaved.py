@@ -109,7 +109,8 @@ class _Linearise(beam.DoFn):
                 nodes.append({"type": "text", "text": node.text})
                 continue
             # a page that opts its images out of AI use (noai, noimageai) keeps none, as in the pairs branch
-            reason = "page_noai" if noai else check_image_url(node.image, self.cfg["min_side"], self.cfg["chrome_words"])
+            reason = ("page_noai" if noai
+                      else check_image_url(node.image, self.cfg["min_side"], self.cfg["chrome_words"]))
             if reason:
                 yield counter(f"images/{reason}")
                 continue

@@ -30,6 +30,7 @@ from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
 from pipelines.stage import READS_INPUT, note_writes
 from pipelines.stages import STAGES
+from pipelines.progress import Progress
 from pipelines.stats import format_table
 
 log = logging.getLogger("curate")
@@ -269,8 +270,11 @@ def _upstream_docs(p, root: str, folder: str, built_here: bool, previous, writes
             | f"{label}/Read" >> beam.io.ReadAllFromParquet())
 
 
-def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True) -> dict:
-    """Run the configured stages as one Beam pipeline, reusing finished groups whose fingerprints match."""
+def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True,
+        progress: bool = True) -> dict:
+    """Run the configured stages as one Beam pipeline, reusing finished groups whose fingerprints match.
+    `progress`: on a local runner with a local output folder, print bytes read, an ETA and each
+    finished group while it runs (pipelines/progress.py)."""
     root = cfg["output"]
     unknown = [s for s in stages or () if s not in STAGES]
     if unknown:
@@ -336,7 +340,15 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                  ", ".join("+".join(g) for g in to_run) + (" and the loss audit" if with_audit else ""),
                  runner, cfg["workers"])
         started = time.time()
-        with worker_logs_to_file(cfg, root, "run"), beam.Pipeline(options=options) as p:
+        watch = contextlib.nullcontext()
+        if progress and runner in LOCAL_RUNNERS and "://" not in root:
+            cfg["progress_dir"] = os.path.join(root, "logs", "progress")
+            io.delete_tree(cfg["progress_dir"])
+            files = cfg["input_files"]
+            watch = Progress(cfg["progress_dir"], sum(f["size"] for f in files), len(files),
+                             {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
+                             console=os.dup(2), tty=os.isatty(2))
+        with worker_logs_to_file(cfg, root, "run"), watch, beam.Pipeline(options=options) as p:
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on
             for group, markers, results in plan:

@@ -52,14 +52,16 @@ class ReadWarcFile(beam.DoFn):
     `duplicate_record`. A file matched twice is read once (`match_inputs`); copies of a record in two
     files are exact duplicates, and the write stage keeps one row per id whatever happens between."""
 
-    def __init__(self, max_record_bytes: int):
-        self.max_record_bytes = max_record_bytes
+    def __init__(self, max_record_bytes: int, progress_dir: str | None = None):
+        self.max_record_bytes, self.progress_dir = max_record_bytes, progress_dir
 
     def process(self, readable_file):
         from extract.records import DOCUMENT_TYPES, doc_id, route
         from extract.warc import ReadError, iter_records
+        from pipelines.progress import FileProgress
 
         path = readable_file.metadata.path
+        progress = FileProgress(self.progress_dir, path)  # a no-op unless the run reports progress
         counts = Counter()  # per-file tallies, emitted once: a counter element per record costs too much
         rows = 0            # rows this file puts into the stage's outputs (documents and drop rows)
         seen = {}           # doc id -> offset of its first capture in this file
@@ -67,6 +69,7 @@ class ReadWarcFile(beam.DoFn):
         with readable_file.open(compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             for item in iter_records(stream, self.max_record_bytes):
                 counts["in"] += 1
+                progress.update(stream.tell, counts["in"])
                 if isinstance(item, ReadError):
                     counts[f"records/error:{item.reason}"] += 1
                     counts[f"dropped/{item.reason}"] += 1
@@ -112,6 +115,7 @@ class ReadWarcFile(beam.DoFn):
                 else:
                     yield {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
                            "http_charset": item.http_charset, "payload": item.payload}
+        progress.update(lambda: readable_file.metadata.size_in_bytes, counts["in"], done=True)
         for key, n in counts.items():
             yield counter(key, n)
         yield beam.pvalue.TaggedOutput(FILE_ROWS, (path, rows))
@@ -141,7 +145,7 @@ def read_warcs(p, cfg) -> WarcRead:
                | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
                | "Open" >> fileio.ReadMatches()
                | "Reshuffle files" >> beam.Reshuffle()
-               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"])).with_outputs(
+               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], cfg.get("progress_dir"))).with_outputs(
                    DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
         docs = res.docs | "Spread records" >> beam.Reshuffle()
         _READS[p] = WarcRead(docs, res.image, res.pdf, res[DROPPED], res[COUNTERS], res[FILE_ROWS])
