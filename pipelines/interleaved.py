@@ -394,8 +394,9 @@ class _ReachToDocs(beam.DoFn):
 
 class _RemoveFrequent(beam.DoFn):
     """(doc id, {"doc": [doc], "images": [(sha256, (reach, identity))]}) -> the document without the
-    images on more than `max_docs` documents, with its joined `text` and `image_set` key; or a
-    `no_images` drop."""
+    images on more than `max_docs` documents and without later copies of an image it already shows
+    (same identity: a resized or recompressed copy, `images/repeated_in_doc_near`; exact copies went
+    in stage 2), with its joined `text` and `image_set` key; or a `no_images` drop."""
 
     def __init__(self, max_docs: int):
         self.max_docs = max_docs
@@ -405,9 +406,20 @@ class _RemoveFrequent(beam.DoFn):
         (doc,) = group["doc"]
         info = dict(group["images"])
         frequent = {sha for sha, (reach, _) in info.items() if reach > self.max_docs}
-        nodes = _without_images(doc["nodes"], lambda n: n["image_sha256"] in frequent)
+        shown, repeated = set(), set()
+        for node in doc["nodes"]:
+            if node["type"] == "image" and node["image_sha256"] not in frequent:
+                identity = info[node["image_sha256"]][1]
+                if identity in shown:
+                    repeated.add(node["image_sha256"])
+                else:
+                    shown.add(identity)
+        removed = frequent | repeated
+        nodes = _without_images(doc["nodes"], lambda n: n["image_sha256"] in removed)
         if frequent:
             yield counter("images/frequent_image", len(frequent))
+        if repeated:
+            yield counter("images/repeated_in_doc_near", len(repeated))
         text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
         images = [n["image_sha256"] for n in nodes if n["type"] == "image"]
         doc = {**doc, "nodes": nodes, "text": text}
@@ -719,8 +731,9 @@ def _recycle(stage: str, reason: str):
 @register
 class InterleavedDedupStage(Stage):
     """Stage 3 (dedup/multimodal.py): images whose pHash neighbourhood is on more than
-    `max_docs_per_image` documents leave every document (`images/frequent_image`; a document left with
-    none is `no_images`), then near-duplicate documents judged on text and image set together
+    `max_docs_per_image` documents leave every document (`images/frequent_image`) and a near copy of an
+    image a document already shows leaves it (`images/repeated_in_doc_near`; a document left with no
+    image is `no_images`), then near-duplicate documents judged on text and image set together
     (`multimodal_duplicate`, naming the survivor; the text branch's survivor rule), then, with the
     pairs branch's CLIP/SigLIP model configured (`image_pairs.relevance`), images whose cosine with
     their alt, caption or adjacent text is below its threshold (`images/low_relevance`; without a

@@ -55,7 +55,8 @@ def test_same_figures_under_reworded_text_are_duplicates_and_other_figures_are_n
     text = " ".join(WORDS)
     reworded = " ".join(w if i % 4 else "a" for i, w in enumerate(WORDS))  # a quarter of the words changed
     other = "completely different words about cooking pasta with garlic olive oil and fresh basil leaves tonight"
-    fig, fig_copy, other_fig = ("a" * 64, 0x0F0F_0000_FFFF_1234), ("b" * 64, 0x0F0F_0000_FFFF_1237), ("c" * 64, 0xFFFF_0000_0000_0000)
+    fig, fig_copy = ("a" * 64, 0x0F0F_0000_FFFF_1234), ("b" * 64, 0x0F0F_0000_FFFF_1237)
+    other_fig = ("c" * 64, 0xFFFF_0000_0000_0000)
     docs = [_doc(1, text, [fig]), _doc(2, reworded, [fig_copy], date="2024-02-01"), _doc(3, text, [other_fig]),
             _doc(4, other, [fig])]
     res = _run(docs, tmp_path)
@@ -79,3 +80,13 @@ def test_an_image_on_too_many_documents_leaves_them_all(tmp_path):
     assert res["counters"]["images/frequent_image"] == 11  # one per document it left
     res = _run(docs[:10], tmp_path)
     assert not res["drops"] and len(res["kept"]) == 10
+
+
+def test_a_near_copy_of_an_image_the_document_already_shows_is_removed(tmp_path):
+    """A thumbnail of a figure (pHash 1 bit away, other bytes) after the figure on the same page: the
+    later copy leaves, the text around it joins; a different image stays."""
+    fig, thumb = ("a" * 64, 0x0F0F_0000_FFFF_1234), ("b" * 64, 0x0F0F_0000_FFFF_1235)
+    other = ("c" * 64, 0xFFFF_0000_0000_0000)
+    res = _run([_doc(1, " ".join(WORDS), [fig, thumb, other])], tmp_path)
+    assert res["kept"] == {f"{1:032x}": [fig[0], other[0]]}
+    assert res["counters"]["images/repeated_in_doc_near"] == 1
