@@ -178,12 +178,9 @@ def _drop(row: dict, reason: str, detail: str = "") -> beam.pvalue.TaggedOutput:
 
 
 # ---------------------------------------------------------------------------------- references
-class _ExtractRefs(beam.DoFn):
-    """Page -> (img URL, ref row) for each <img> that passes check_image_ref; the rest as drops. A page
-    whose tags cannot be read (too large, undecodable, timed out) is one unit of `in`, dropped as
-    `page_<why>`, so no page disappears from the stage's accounting.
-    A page is {"id", "url", "warc_file", "warc_date"?, and "html" (str) or "payload" (bytes) with
-    "http_charset"}; read-stage rows with a non-HTML "source" (WET text) are skipped."""
+class _WithAltRules(beam.DoFn):
+    """Base of the DoFns that apply check_image_ref: the language identifier for `alt_languages`
+    loads once per worker."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -194,6 +191,14 @@ class _ExtractRefs(beam.DoFn):
             from filters.language import LanguageIdentifier
 
             self.lid = LanguageIdentifier()
+
+
+class _ExtractRefs(_WithAltRules):
+    """Page -> (img URL, ref row) for each <img> that passes check_image_ref; the rest as drops. A page
+    whose tags cannot be read (too large, undecodable, timed out) is one unit of `in`, dropped as
+    `page_<why>`, so no page disappears from the stage's accounting.
+    A page is {"id", "url", "warc_file", "warc_date"?, and "html" (str) or "payload" (bytes) with
+    "http_charset"}; read-stage rows with a non-HTML "source" (WET text) are skipped."""
 
     def process(self, page):
         from extract.images import check_image_ref
@@ -244,20 +249,10 @@ class _ExtractRefs(beam.DoFn):
             return [], False, "timeout"
 
 
-class _RecycledRefs(beam.DoFn):
+class _RecycledRefs(_WithAltRules):
     """A recycling candidate (RECYCLE_SCHEMA) -> (img URL, ref row) with the first of its texts that
     passes check_image_ref (RecycleConfig), or a drop with the reason its alt failed. Each candidate
     is one unit of the stage's `in`."""
-
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
-        self.lid = None
-
-    def setup(self):
-        if self.cfg["alt_languages"]:
-            from filters.language import LanguageIdentifier
-
-            self.lid = LanguageIdentifier()
 
     def process(self, cand):
         from extract.images import ImageRef, check_image_ref

@@ -325,6 +325,36 @@ def image_store(p, root: str):
     return _STORE[p]
 
 
+_INFO, _USE = "info", "use"
+
+
+class _ImageToDocs(beam.DoFn):
+    """(sha256, [(INFO, value)] + [(USE, doc id)...]) -> (doc id, (sha256, value)); two passes, so an
+    image on a million documents is streamed, never held."""
+
+    def process(self, element):
+        sha, values = element
+        info = next(v[1] for v in values if v[0] == _INFO)
+        for v in values:
+            if v[0] == _USE:
+                yield v[1], (sha, info)
+
+
+class JoinImagesToDocs(beam.PTransform):
+    """(documents, (sha256, value) per image) -> (doc id, {"doc": [doc], "images": [(sha256, value)]}) for
+    each document, with the value of each of its images: a two-pass join by sha256, then by document."""
+
+    def expand(self, pcolls):
+        docs, values = pcolls
+        per_doc = ((values | "TagValues" >> beam.MapTuple(lambda sha, value: (sha, (_INFO, value))),
+                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
+                                                                 for n in d["nodes"] if n["type"] == "image"]))
+                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
+                   | "ToDocs" >> beam.ParDo(_ImageToDocs()))
+        return ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
+                | "JoinDocs" >> beam.CoGroupByKey())
+
+
 def _with_image_bytes(element):
     """(doc id, {"doc": [doc], "images": [(sha256, bytes)]}) -> (doc, its image bytes in node order)."""
     _, group = element
@@ -334,18 +364,12 @@ def _with_image_bytes(element):
 
 
 class WithImageBytes(beam.PTransform):
-    """(documents, image store rows) -> (doc, [image bytes in node order]): a two-pass join by sha256
-    (an image on a million documents is streamed), then by document."""
+    """(documents, image store rows) -> (doc, [image bytes in node order])."""
 
     def expand(self, pcolls):
         docs, images = pcolls
-        per_doc = ((images | "TagBytes" >> beam.Map(lambda r: (r["sha256"], (_INFO, r["bytes"]))),
-                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
-                                                                 for n in d["nodes"] if n["type"] == "image"]))
-                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
-                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
-        return ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
-                | "JoinDocs" >> beam.CoGroupByKey() | "WithBytes" >> beam.Map(_with_image_bytes))
+        return ((docs, images | "Bytes" >> beam.Map(lambda r: (r["sha256"], r["bytes"])))
+                | "Join" >> JoinImagesToDocs() | "WithBytes" >> beam.Map(_with_image_bytes))
 
 
 def decode_rules(cfg: dict) -> dict:
@@ -375,21 +399,6 @@ def _image_refs(doc):
 def _sum_uses(values):
     values = list(values)
     return sum(v[0] for v in values), min(v[1] for v in values)
-
-
-_INFO, _USE = "info", "use"
-
-
-class _ReachToDocs(beam.DoFn):
-    """(sha256, [(INFO, reach)] + [(USE, doc id)...]) -> (doc id, (sha256, reach)); two passes, so an
-    image on a million documents is streamed, never held."""
-
-    def process(self, element):
-        sha, values = element
-        info = next(v[1] for v in values if v[0] == _INFO)
-        for v in values:
-            if v[0] == _USE:
-                yield v[1], (sha, info)
 
 
 class _RemoveFrequent(beam.DoFn):
@@ -497,13 +506,7 @@ class ImageAwareDedup(beam.PTransform):
         reach = (uses | "PerImage" >> beam.CombinePerKey(_sum_uses)
                  | "Swap" >> beam.MapTuple(lambda sha, n_phash: (sha, (n_phash[1], n_phash[0])))
                  | "Reach" >> ImageReach(ph["threshold"], ph["bands"], ph["key_bands"], cfg["max_reps"]))
-        per_doc = ((reach | "TagInfo" >> beam.MapTuple(lambda sha, info: (sha, (_INFO, info))),
-                    docs | "TagUses" >> beam.FlatMap(lambda d: [(n["image_sha256"], (_USE, d["id"]))
-                                                                 for n in d["nodes"] if n["type"] == "image"]))
-                   | "FlattenImages" >> beam.Flatten() | "GroupImages" >> beam.GroupByKey()
-                   | "ToDocs" >> beam.ParDo(_ReachToDocs()))
-        filtered = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "images": per_doc}
-                    | "JoinDocs" >> beam.CoGroupByKey()
+        filtered = ((docs, reach) | "JoinReach" >> JoinImagesToDocs()
                     | "RemoveFrequent" >> beam.ParDo(_RemoveFrequent(cfg["max_docs_per_image"])).with_outputs(
                         DROPPED, COUNTERS, main="docs"))
         deduped = filtered.docs | "SameImages" >> DedupSameImages(self.rank, cfg["text_threshold"], cfg["max_reps"])
