@@ -11,8 +11,11 @@ boundary class found there, the latest one among equals (so chunks stay long):
     WORD      (1)   whitespace on either side, or a character of a script written without spaces
     TOKEN     (0)   any other token boundary (also: right after BOS, right before EOS)
     INSIDE_CHAR(-1) a byte-level token that starts inside a multi-byte character
+    INSIDE_IMAGE(-2) inside an image's block of visual tokens: never cut (the block is atomic)
 
-The window is W = min(window, C // 8) tokens, so every chunk but the last holds more than 7/8 C.
+The window is W = min(window, C // 8) tokens, so every chunk but the last holds more than 7/8 C. When
+the whole window lies inside an image block, the cut goes right before the block (a shorter chunk); a
+block that starts a chunk and is longer than C cannot be placed (ImageBlockTooLong).
 Cuts are on the token sequence of the *whole* document, so the chunks concatenated in index order are
 exactly tokens(doc): no re-tokenization at a seam. A cut depends only on the document's text and its
 token offsets, never on the runner, worker count or the rest of the corpus. Chunk id = (doc id, index).
@@ -20,10 +23,11 @@ token offsets, never on the runner, worker count or the rest of the corpus. Chun
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Callable, Sequence
 
-PARAGRAPH, SENTENCE, WORD, TOKEN, INSIDE_CHAR = 3, 2, 1, 0, -1
+PARAGRAPH, SENTENCE, WORD, TOKEN, INSIDE_CHAR, INSIDE_IMAGE = 3, 2, 1, 0, -1, -2
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n\s*$")
 _SENTENCE = re.compile(r"[.!?…][\"'”’)\]]*\s+$")
 _SENTENCE_AT_END = re.compile(r"[.!?…][\"'”’)\]]*$")
@@ -34,6 +38,10 @@ _NO_SPACE_SCRIPTS = "\u2e80"  # CJK radicals onwards: Han, kana, Hangul, full-wi
 
 def chunk_window(limit: int, window: int) -> int:
     return max(1, min(window, limit // 8))
+
+
+class ImageBlockTooLong(ValueError):
+    """An image's visual-token block is longer than the chunk limit: no chunking can keep it whole."""
 
 
 def chunk_ends(n: int, limit: int, window: int, boundary: Callable[[int], int]) -> list[int]:
@@ -48,10 +56,14 @@ def chunk_ends(n: int, limit: int, window: int, boundary: Callable[[int], int]) 
         best, best_class = start + limit, None
         for p in range(start + limit, start + limit - w, -1):
             c = boundary(p)
-            if best_class is None or c > best_class:
+            if c != INSIDE_IMAGE and (best_class is None or c > best_class):
                 best, best_class = p, c
                 if c == PARAGRAPH:
                     break
+        if best_class is None:  # the window is inside an image block: cut right before the block
+            best = next((p for p in range(start + limit - w, start, -1) if boundary(p) != INSIDE_IMAGE), None)
+            if best is None:
+                raise ImageBlockTooLong(f"an image block at token {start} is longer than the chunk limit {limit}")
         ends.append(best)
         start = best
     ends.append(n)
@@ -84,13 +96,49 @@ class TextBoundaries:
         return TOKEN
 
 
-def split_document(text: str, n_tokens: int, offsets_of: Callable[[], Sequence[tuple[int, int]]],
-                   prefix: int, limit: int, window: int) -> list[int]:
-    """Chunk ends for one document; `offsets_of()` (the tokenizer's character offsets of the text
-    tokens) is called only when the document is longer than `limit`."""
+class SampleBoundaries:
+    """`boundary(p)` for a sample whose tokens are [BOS] + text and image parts + [EOS]
+    (packing/samples.py): inside an image block INSIDE_IMAGE, at either edge of one PARAGRAPH (an image
+    stands apart like a paragraph), in a text part the TextBoundaries of that part. A part's token
+    offsets are computed only when a cut is looked for inside it."""
+
+    def __init__(self, texts: Sequence[tuple[int, str]], images: Sequence[Sequence], offsets_of: Callable):
+        self.texts = list(texts)  # (first token of the part, its text), in order
+        self.edges = {edge for start, n, *_ in images for edge in (start, start + n)}
+        self.inside = [(start, start + n) for start, n, *_ in images]
+        self.offsets_of, self._parts = offsets_of, {}
+
+    def __call__(self, p: int) -> int:
+        if p in self.edges:
+            return PARAGRAPH
+        if any(a < p < b for a, b in self.inside):
+            return INSIDE_IMAGE
+        k = bisect.bisect_right([start for start, _ in self.texts], p) - 1
+        if k < 0:
+            return TOKEN
+        if k not in self._parts:
+            start, text = self.texts[k]
+            self._parts[k] = TextBoundaries(text, self.offsets_of(text), start)
+        return self._parts[k](p)
+
+
+def split_sample(n_tokens: int, limit: int, window: int, boundary_of: Callable[[], Callable[[int], int]]) -> list[int]:
+    """Chunk ends of one sample of n_tokens; `boundary_of()` (its boundary function) is called only
+    when the sample is longer than `limit`."""
     if n_tokens <= limit:
         return [n_tokens]
-    offsets = offsets_of()
-    if not prefix + len(offsets) <= n_tokens <= prefix + len(offsets) + 1:
-        raise ValueError(f"{len(offsets)} token offsets do not match a document of {n_tokens} tokens")
-    return chunk_ends(n_tokens, limit, window, TextBoundaries(text, offsets, prefix))
+    return chunk_ends(n_tokens, limit, window, boundary_of())
+
+
+def split_document(text: str, n_tokens: int, offsets_of: Callable[[], Sequence[tuple[int, int]]],
+                   prefix: int, limit: int, window: int) -> list[int]:
+    """Chunk ends for one text document (tokens(doc) = prefix BOS tokens + text tokens + EOS);
+    `offsets_of()` (the tokenizer's character offsets of the text tokens) is called only when the
+    document is longer than `limit`."""
+    def boundary():
+        offsets = offsets_of()
+        if not prefix + len(offsets) <= n_tokens <= prefix + len(offsets) + 1:
+            raise ValueError(f"{len(offsets)} token offsets do not match a document of {n_tokens} tokens")
+        return TextBoundaries(text, offsets, prefix)
+
+    return split_sample(n_tokens, limit, window, boundary)

@@ -39,6 +39,40 @@ class PhaseConfig(BaseModel):
 DEFAULT_PHASES = {"pretrain": {"seq_len": 65536, "share": 34}, "long": {"seq_len": 1048576, "share": 11}}
 
 
+class EpochConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: float = Field(1.0, gt=0, description="epochs of a text document")
+    pair: float = Field(1.0, gt=0, description="epochs of an image-text pair")
+    interleaved: float = Field(1.0, gt=0, description="epochs of an interleaved document")
+
+
+class MixConfig(BaseModel):
+    """How the text and multimodal sets become one corpus (packing/mixing.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: EpochConfig = Field(default_factory=EpochConfig, description="base epochs per modality")
+    rehydrate: dict[int, float] = Field(default_factory=dict, description=(
+        "{cluster size: epoch factor}: a document kept from a duplicate cluster of at least that size is "
+        "repeated that many times more (FineWeb2's rehydration); {} = off"))
+    text_to_multimodal: float | None = Field(7.0, gt=0, description=(
+        "text : multimodal tokens after mixing (the report's 7 : 1); null = no balancing"))
+    max_epochs: float = Field(8.0, ge=1, description=(
+        "no sample is repeated more than this to reach the ratio; beyond it the run says ratio_unreachable"))
+    twins_by_cluster: StrictBool = Field(True, description=(
+        "a text document is also the twin of a multimodal document whose capture its dedup cluster holds "
+        "(reads OUT/dropped/exact_dedup and near_dedup; needs write_dropped)"))
+
+    @field_validator("rehydrate")
+    @classmethod
+    def _factors(cls, value):
+        for size, factor in value.items():
+            if size < 2 or factor < 1:
+                raise ValueError(f"rehydrate {size}: {factor}: sizes are >= 2, factors >= 1")
+        return dict(sorted(value.items()))
+
+
 class PackConfig(BaseModel):
     """Tokenize, chunk, allocate to phases, best-fit pack, write shards."""
 
@@ -52,6 +86,8 @@ class PackConfig(BaseModel):
     bos_token: str | None = Field(None, description="null = the tokenizer's own")
     eos_token: str | None = Field(None, description="null = the tokenizer's own")
     pad_token: str | None = Field(None, description="null = the tokenizer's own")
+    image_token: str | None = Field(None, description="image placeholder token; null = the tokenizer's own "
+                                                      "(DeepSeek-V3: <｜image｜>)")
     batch_docs: int = Field(64, gt=0, description="documents per tokenizer call")
     chunk_window: int = Field(4096, gt=0, description="cut-search window in tokens, at most chunk_tokens // 8 "
                                                       "(packing/chunk.py)")
@@ -68,6 +104,7 @@ class PackConfig(BaseModel):
     shard_tokens: int = Field(1 << 27, gt=0, description="target tokens per shard file (assembled in one "
                                                          "worker's memory)")
     seed: int = Field(0, description="seed of the sequence shuffle across and within shards")
+    mix: MixConfig = Field(default_factory=MixConfig, description="epochs, twins, text : multimodal ratio")
 
     @model_validator(mode="before")
     @classmethod

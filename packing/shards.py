@@ -11,9 +11,17 @@ packed sequence, rows in training order:
     cu_seqlens   list<int32>                      0, end of segment 1, ..., num_tokens
     doc_ids      list<string>                     provenance: document id of each segment
     chunk_index  list<int32>                      provenance: chunk index of each segment
+    epoch        list<int32>                      which epoch copy of its document a segment is (0, 1, ...)
+    modality     list<string>                     text, pair or interleaved, per segment
+    images       list<struct<pos, tokens, sha256, height, width>>
+                                                  image spans: the first visual token's position in the
+                                                  sequence, the block's length, the image (its sha256 in
+                                                  OUT/images/) and its resized height x width in pixels
     index        int64                            position of the sequence in the phase's order
 
-A segment is one chunk of one document (chunk id = (doc id, chunk index)); sample-level attention
+A segment is one chunk of one document copy (chunk id = (doc id, epoch copy, chunk index)); an image's
+visual tokens are `tokens` copies of the image placeholder id (the manifest's `image_token_id`) and never
+cross a segment (packing/chunk.py never cuts inside one); sample-level attention
 masking attends within segments only, and positions restart at 0 in each segment. Schema metadata
 holds seq_len, pad_id and the phase name. The padding rate of a phase is
 padding tokens / (sequences * seq_len).
@@ -29,14 +37,30 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 MANIFEST = "manifest.json"
-FORMAT = "curate-packed-shards/1"
+FORMAT = "curate-packed-shards/2"
 BATCH_TOKENS = 1 << 24  # rows per Arrow record batch: about 16M tokens (64 MiB of ids)
+
+
+IMAGE_SPAN = pa.struct([("pos", pa.int32()), ("tokens", pa.int32()), ("sha256", pa.string()),
+                        ("height", pa.int32()), ("width", pa.int32())])
+
+
+class Segment(NamedTuple):
+    """One chunk of one document copy as the writer takes it; `images` holds (offset of the first visual
+    token in the segment, tokens, sha256, height, width) per image block."""
+
+    doc_id: str
+    chunk: int
+    ids: np.ndarray
+    epoch: int = 0
+    modality: str = "text"
+    images: tuple = ()
 
 
 def shard_name(shard: int, shards: int) -> str:
@@ -46,16 +70,16 @@ def shard_name(shard: int, shards: int) -> str:
 def schema(seq_len: int, pad_id: int, phase: str) -> pa.Schema:
     return pa.schema([("input_ids", pa.list_(pa.int32(), seq_len)), ("num_tokens", pa.int32()),
                       ("cu_seqlens", pa.list_(pa.int32())), ("doc_ids", pa.list_(pa.string())),
-                      ("chunk_index", pa.list_(pa.int32())), ("index", pa.int64())],
+                      ("chunk_index", pa.list_(pa.int32())), ("epoch", pa.list_(pa.int32())),
+                      ("modality", pa.list_(pa.string())), ("images", pa.list_(IMAGE_SPAN)), ("index", pa.int64())],
                      metadata={"seq_len": str(seq_len), "pad_id": str(pad_id), "phase": phase})
 
 
-def write_shard(sink, sequences: list[tuple[int, list[tuple[str, int, np.ndarray]]]], seq_len: int,
-                pad_id: int, phase: str) -> dict:
+def write_shard(sink, sequences: list[tuple[int, list[Segment]]], seq_len: int, pad_id: int, phase: str) -> dict:
     """Write one shard to the binary file object `sink`.
 
-    `sequences`: (index, [(doc_id, chunk_index, token ids), ...]) in row order, segments in order.
-    Same input -> same bytes. Returns the shard's counts."""
+    `sequences`: (index, [Segment, ...]) in row order, segments in order. Same input -> same bytes.
+    Returns the shard's counts."""
     sch = schema(seq_len, pad_id, phase)
     rows_per_batch = max(1, BATCH_TOKENS // seq_len)
     tokens = 0
@@ -63,23 +87,28 @@ def write_shard(sink, sequences: list[tuple[int, list[tuple[str, int, np.ndarray
         for b in range(0, len(sequences), rows_per_batch):
             part = sequences[b:b + rows_per_batch]
             ids = np.full((len(part), seq_len), pad_id, dtype=np.int32)
-            num, cu, docs, chunks, index = [], [], [], [], []
+            num, cu, index, spans = [], [], [], []
             for row, (idx, segments) in enumerate(part):
-                bounds = [0]
-                for _, _, seg in segments:
-                    ids[row, bounds[-1]:bounds[-1] + len(seg)] = seg
-                    bounds.append(bounds[-1] + len(seg))
-                if bounds[-1] > seq_len:
-                    raise ValueError(f"sequence {idx} holds {bounds[-1]} tokens > seq_len={seq_len}")
+                bounds, row_spans = [0], []
+                for seg in segments:
+                    at = bounds[-1]
+                    if at + len(seg.ids) > seq_len:
+                        raise ValueError(f"sequence {idx} holds more than seq_len={seq_len} tokens")
+                    ids[row, at:at + len(seg.ids)] = seg.ids
+                    row_spans += [{"pos": at + offset, "tokens": n, "sha256": sha, "height": h, "width": w}
+                                  for offset, n, sha, h, w in seg.images]
+                    bounds.append(at + len(seg.ids))
                 num.append(bounds[-1])
                 cu.append(bounds)
-                docs.append([d for d, _, _ in segments])
-                chunks.append([c for _, c, _ in segments])
+                spans.append(row_spans)
                 index.append(idx)
             tokens += sum(num)
+            column = lambda field: [[getattr(seg, field) for seg in segments] for _, segments in part]  # noqa: E731
             arrays = [pa.FixedSizeListArray.from_arrays(pa.array(ids.ravel(), pa.int32()), seq_len),
                       pa.array(num, pa.int32()), pa.array(cu, pa.list_(pa.int32())),
-                      pa.array(docs, pa.list_(pa.string())), pa.array(chunks, pa.list_(pa.int32())),
+                      pa.array(column("doc_id"), pa.list_(pa.string())),
+                      pa.array(column("chunk"), pa.list_(pa.int32())), pa.array(column("epoch"), pa.list_(pa.int32())),
+                      pa.array(column("modality"), pa.list_(pa.string())), pa.array(spans, pa.list_(IMAGE_SPAN)),
                       pa.array(index, pa.int64())]
             writer.write_batch(pa.record_batch(arrays, schema=sch))
     return {"sequences": len(sequences), "tokens": tokens, "padding_tokens": len(sequences) * seq_len - tokens}
@@ -88,7 +117,7 @@ def write_shard(sink, sequences: list[tuple[int, list[tuple[str, int, np.ndarray
 def manifest(phase: str, seq_len: int, chunk_tokens: int, tokenizer: dict, shards: list[dict], *,
              status: str, padding_target: float, chunks: int, documents: int, groups: int,
              min_group_tokens: int, max_group_padding_rate: float, groups_above_target: int, seed: int,
-             allocation: dict | None = None) -> dict:
+             allocation: dict | None = None, modalities: dict | None = None) -> dict:
     """manifest.json content; `shards` holds {"file", "sequences", "tokens", "padding_tokens"} each."""
     shards = sorted(shards, key=lambda s: s["file"])
     sequences = sum(s["sequences"] for s in shards)
@@ -107,8 +136,12 @@ def manifest(phase: str, seq_len: int, chunk_tokens: int, tokenizer: dict, shard
                   f"{min_group_tokens} tokens to reach it, this phase has {tokens}")
     return {"format": FORMAT, "phase": phase, "status": status, "status_detail": detail, "seq_len": seq_len,
             "chunk_tokens": chunk_tokens,
-            "tokenizer": {k: tokenizer[k] for k in ("name", "sha256", "vocab_size", "bos_id", "eos_id", "pad_id",
-                                                    "add_bos", "add_eos")},
+            "tokenizer": {k: tokenizer.get(k) for k in ("name", "sha256", "vocab_size", "bos_id", "eos_id", "pad_id",
+                                                        "add_bos", "add_eos", "image_id")},
+            "image_token_id": tokenizer.get("image_id"),
+            **(modalities or {"tokens_by_modality": {"text": tokens, "multimodal": 0, "pair": 0, "interleaved": 0},
+                              "text_to_multimodal_ratio": None, "images": 0, "visual_tokens": 0,
+                              "epoch_multipliers": None}),
             "sequences": sequences, "tokens": tokens, "padding_tokens": padding, "padding_rate": rate,
             "padding_target": padding_target, "documents": documents, "chunks": chunks, "groups": groups,
             "min_group_tokens": min_group_tokens, "max_group_padding_rate": max_group_padding_rate,
@@ -134,7 +167,7 @@ def shard_files(directory: str) -> list[str]:
     with neither is a mistake (a run's or the shards' folder instead of a phase's): FileNotFoundError
     naming the phase folders below it."""
     meta = read_manifest(directory)
-    if meta:
+    if meta and "shards" in meta:  # OUT/shards/manifest.json (the run's) lists phases, not shards
         return [os.path.join(directory, s["file"]) for s in meta["shards"]]
     names = sorted(f for f in os.listdir(directory) if f.endswith(".arrow")) if os.path.isdir(directory) else []
     if not names:
@@ -153,13 +186,15 @@ def _segments(cu: np.ndarray) -> np.ndarray:
 
 
 def open_shards(directory: str, rank: int = 0, world_size: int = 1, padded: bool = False,
-                worker_id: int = 0, num_workers: int = 1) -> Iterator[dict]:
+                worker_id: int = 0, num_workers: int = 1, image_store=None) -> Iterator[dict]:
     """Yield this rank's (and worker's) sequences from the memory-mapped shards, in training order.
 
     Each item: input_ids (int32; the real tokens, or all seq_len with pad_id after them when
     `padded`), cu_seqlens (int32, over the real tokens: [0, ..., num_tokens]), position_ids (int32,
-    reset to 0 at each segment; 0 on padding), num_tokens, doc_ids, chunk_index, index.
-    input_ids and cu_seqlens are read-only views into the memory-mapped file."""
+    reset to 0 at each segment; 0 on padding), num_tokens, doc_ids, chunk_index, epoch, modality,
+    images (one dict per image span: pos, tokens, sha256, height, width; with `image_store`, a
+    packing.images.ImageStore, also `pixels`: the image decoded and resized to height x width, uint8
+    H x W x 3), index. input_ids and cu_seqlens are read-only views into the memory-mapped file."""
     if not (0 <= rank < world_size and 0 <= worker_id < num_workers):
         raise ValueError(f"bad rank/worker: rank={rank} world_size={world_size} "
                          f"worker_id={worker_id} num_workers={num_workers}")
@@ -182,14 +217,20 @@ def open_shards(directory: str, rank: int = 0, world_size: int = 1, padded: bool
             cu_values, cu_offsets = cu_col.values.to_numpy(), cu_col.offsets.to_numpy()
             docs, chunks, index = (batch.column("doc_ids").to_pylist(), batch.column("chunk_index").to_pylist(),
                                    batch.column("index").to_numpy())
+            epochs, modality = batch.column("epoch").to_pylist(), batch.column("modality").to_pylist()
+            images = batch.column("images").to_pylist()
             for r in mine:
                 n = int(num[r])
                 cu = cu_values[cu_offsets[r]:cu_offsets[r + 1]]
                 pos = _segments(cu)
                 if padded:
                     pos = np.concatenate([pos, np.zeros(seq_len - n, dtype=np.int32)])
+                if image_store is not None:
+                    for span in images[r]:
+                        span["pixels"] = image_store.pixels(span["sha256"], span["height"], span["width"])
                 yield {"input_ids": ids[r] if padded else ids[r, :n], "cu_seqlens": cu, "position_ids": pos,
-                       "num_tokens": n, "doc_ids": docs[r], "chunk_index": chunks[r], "index": int(index[r])}
+                       "num_tokens": n, "doc_ids": docs[r], "chunk_index": chunks[r], "epoch": epochs[r],
+                       "modality": modality[r], "images": images[r], "index": int(index[r])}
 
 
 def __getattr__(name: str):

@@ -20,6 +20,9 @@ own post-processor is bypassed (``add_special_tokens=False``), so the rule does 
 given tokenizer.json happens to configure. A document split into chunks (packing/chunk.py) keeps BOS
 on its first chunk and EOS on its last; the chunks concatenated in index order are exactly tokens(doc).
 
+Images (packing/samples.py): an image in a multimodal sample is a block of image placeholder tokens, by
+default the vocabulary's own (DeepSeek-V3: ``<｜image｜>`` = 129,279), else ``image_token`` from the config.
+
 Special tokens: a token named in the config wins; otherwise the ``tokenizer_config.json`` next to the
 tokenizer file (its ``bos_token`` / ``eos_token``); otherwise well-known names. Padding uses a dedicated
 pad token when the vocabulary has one (DeepSeek-V3: ``<｜▁pad▁｜>`` = 2), else EOS. Pad positions are
@@ -40,6 +43,7 @@ DEFAULT_TOKENIZER = "deepseek-v3"
 BOS_NAMES = ("<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
 EOS_NAMES = ("<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "[SEP]")
 PAD_NAMES = ("<｜▁pad▁｜>", "<pad>", "<|pad|>", "[PAD]")
+IMAGE_NAMES = ("<｜image｜>", "<image>", "<|image_pad|>", "<image_soft_token>")
 ID_DTYPE = np.dtype("<u4")  # token ids travel between stages as little-endian uint32 bytes
 
 
@@ -56,6 +60,7 @@ class TokenizerInfo:
     pad_id: int
     add_bos: bool
     add_eos: bool
+    image_id: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,7 +112,8 @@ class DocTokenizer:
     in a DoFn's setup(), not in the pipeline constructor."""
 
     def __init__(self, spec: str = DEFAULT_TOKENIZER, add_bos: bool = True, add_eos: bool = True,
-                 bos_token: str | None = None, eos_token: str | None = None, pad_token: str | None = None):
+                 bos_token: str | None = None, eos_token: str | None = None, pad_token: str | None = None,
+                 image_token: str | None = None):
         from tokenizers import Tokenizer
 
         path = resolve_tokenizer_file(spec)
@@ -128,23 +134,30 @@ class DocTokenizer:
         pad = pad if pad is not None else eos
         if pad is None:
             raise ValueError(f"tokenizer {spec!r} has no pad or EOS token; set pad_token")
+        image = _token_id(self.tok, image_token, "image")
+        image = image if image is not None else _first_known(self.tok, IMAGE_NAMES)
         self.prefix = [bos] if add_bos else []
         self.suffix = [eos] if add_eos else []
-        self._prefix = np.array(self.prefix, dtype=ID_DTYPE)
-        self._suffix = np.array(self.suffix, dtype=ID_DTYPE)
+        self.prefix_ids = np.array(self.prefix, dtype=ID_DTYPE)
+        self.suffix_ids = np.array(self.suffix, dtype=ID_DTYPE)
         self.info = TokenizerInfo(name=spec, path=path, sha256=hashlib.sha256(raw).hexdigest(),
                                   vocab_size=self.tok.get_vocab_size(with_added_tokens=True), bos_id=bos,
-                                  eos_id=eos, pad_id=pad, add_bos=add_bos, add_eos=add_eos)
+                                  eos_id=eos, pad_id=pad, add_bos=add_bos, add_eos=add_eos,
+                                  image_id=image)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "DocTokenizer":
         return cls(cfg["tokenizer"], cfg["add_bos"], cfg["add_eos"], cfg["bos_token"], cfg["eos_token"],
-                   cfg["pad_token"])
+                   cfg["pad_token"], cfg["image_token"])
+
+    def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        """The text tokens of each text (no BOS/EOS), as uint32 arrays (offsets are not tracked: faster)."""
+        return [np.array(enc.ids, dtype=ID_DTYPE)
+                for enc in self.tok.encode_batch_fast(texts, add_special_tokens=False)]
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        """tokens(doc) for each text, as uint32 arrays (offsets are not tracked: faster)."""
-        return [np.concatenate((self._prefix, np.array(enc.ids, dtype=ID_DTYPE), self._suffix))
-                for enc in self.tok.encode_batch_fast(texts, add_special_tokens=False)]
+        """tokens(doc) for each text, as uint32 arrays."""
+        return [np.concatenate((self.prefix_ids, ids, self.suffix_ids)) for ids in self.encode_texts(texts)]
 
     def encode(self, text: str) -> np.ndarray:
         """tokens(doc) for one text: the reference the shards are tested against."""

@@ -33,6 +33,7 @@ PackAndWrite, per phase:
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -40,13 +41,17 @@ import numpy as np
 import xxhash
 from apache_beam.io.filesystems import FileSystems
 
+from packing import mix_transforms, mixing
 from packing import shards as shard_format
 from packing.bfd import pack_lengths_csr
-from packing.chunk import split_document
+from packing.chunk import ImageBlockTooLong, SampleBoundaries, split_sample
 from packing.config import phases as configured_phases
 from packing.permute import Permutation
 from packing.phases import Phase, assign, length_bucket, make_plan
+from packing.mixing import group_of
+from packing.samples import INTERLEAVED, PAIR, TEXT, ImagePart, encode_samples, sample_parts
 from packing.tokenizer import ID_DTYPE, DocTokenizer
+from packing.vision import VisionPolicy
 
 COUNTERS = "counters"
 GROUPS = "groups"
@@ -69,77 +74,110 @@ def _tuple_sum(rows) -> tuple:
 
 
 # ------------------------------------------------------------------------------------ tokenize + chunk
-NO_TOKENS = "no_tokens"  # documents whose text gives no tokens (BOS/EOS only)
+NO_TOKENS = "no_tokens"  # samples that give no tokens (BOS/EOS only)
+DROPS = "drops"          # (doc, modality, reason, detail) of every sample the shard stage drops
 
 
 class _Tokenize(beam.DoFn):
-    """A batch of documents -> one token record each (tokens(doc) and its chunk ends per phase), or
-    the document itself under NO_TOKENS."""
+    """A batch of samples -> one token record each (tokens(sample), its image blocks and its chunk ends
+    per phase), or (doc, modality, reason, detail) under DROPS."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.phases = configured_phases(cfg)
+        self.policy = VisionPolicy(**cfg.get("vision", {}))  # the pipeline passes interleaved.vision
         self.tok = None
 
     def setup(self):
         self.tok = DocTokenizer.from_config(self.cfg)
 
     def process(self, batch):
-        texts = [doc["text"] or "" for doc in batch]
+        parts = [sample_parts(s["doc"], s["modality"], self.policy) for s in batch]
+        image_id = self.tok.info.image_id
+        todo = []
+        for sample, sample_parts_ in zip(batch, parts):
+            if image_id is None and any(isinstance(part, ImagePart) for part in sample_parts_):
+                yield _drop(sample, "no_image_token", f"tokenizer {self.cfg['tokenizer']} has no image token")
+            else:
+                todo.append((sample, sample_parts_))
         specials = len(self.tok.prefix) + len(self.tok.suffix)
         limits = sorted({p.chunk_tokens for p in self.phases})
-        kept = tokens = 0
-        for doc, text, ids in zip(batch, texts, self.tok.encode_batch(texts)):
-            if len(ids) == specials:
-                yield beam.pvalue.TaggedOutput(NO_TOKENS, doc)
+        tally = Counter()
+        encoded = encode_samples(self.tok, [ps for _, ps in todo], image_id)
+        for (sample, _), enc in zip(todo, encoded):
+            n, modality = len(enc.ids), sample["modality"]
+            if n == specials:
+                yield _drop(sample, NO_TOKENS)
                 continue
-            offsets_of = functools.cache(lambda text=text: self.tok.text_offsets(text))
-            by_limit = {limit: split_document(text, len(ids), offsets_of, len(self.tok.prefix), limit,
-                                              self.cfg["chunk_window"]) for limit in limits}
-            kept += 1
-            tokens += len(ids)
-            yield {"id": doc["id"], "n_tokens": len(ids), "ids": ids.tobytes(),
+            boundary_of = functools.cache(
+                lambda enc=enc: SampleBoundaries(enc.texts, enc.images, self.tok.text_offsets))
+            try:
+                by_limit = {limit: split_sample(n, limit, self.cfg["chunk_window"], boundary_of) for limit in limits}
+            except ImageBlockTooLong as err:
+                yield _drop(sample, "image_block_too_long", str(err))
+                continue
+            for key, value in (("docs", 1), ("tokens", n), ("visual_tokens", enc.visual_tokens),
+                               ("images", len(enc.images))):
+                tally[f"tokenize/{key}"] += value
+                tally[f"tokenize/{modality}/{key}"] += value
+            doc = sample["doc"]
+            yield {"id": doc["id"], "modality": modality, "epochs": sample["epochs"], "keys": sample["keys"],
+                   "where": {k: doc.get(k) for k in PROVENANCE}, "n_tokens": n, "ids": enc.ids.tobytes(),
+                   "images": enc.images,
                    "ends": {p.name: by_limit[p.chunk_tokens] for p in self.phases}}
-        yield count("tokenize/docs", kept)
-        yield count("tokenize/tokens", tokens)
+        for key, value in sorted(tally.items()):
+            yield count(key, value)
+
+
+PROVENANCE = ("url", "warc_file", "warc_offset", "warc_date", "page_url", "img_url")  # what a drop row needs
+
+
+def _drop(sample: dict, reason: str, detail: str = "") -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(DROPS, (sample["doc"], sample["modality"], reason, detail))
 
 
 class TokenizeAndChunk(beam.PTransform):
-    """docs (dicts with id, text) -> token records (main output), counters (tag COUNTERS) and the
-    documents that give no tokens (tag NO_TOKENS)."""
+    """Samples ({doc, modality, epochs}) -> token records (main output), counters (tag COUNTERS) and
+    the samples that cannot be packed (tag DROPS)."""
 
     def __init__(self, cfg: dict):
         super().__init__()
         self.cfg = cfg
 
-    def expand(self, docs):
-        return (docs | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_docs"])
-                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg)).with_outputs(COUNTERS, NO_TOKENS, main="docs"))
+    def expand(self, samples):
+        return (samples | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_docs"])
+                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg)).with_outputs(COUNTERS, DROPS, main="docs"))
 
 
 # ------------------------------------------------------------------------------------------ phases
 class _Allocate(beam.DoFn):
-    """A token record -> its chunk records, under the tag of every phase the plan gives it to."""
+    """A token record -> the chunk records of each of its epoch copies, under the tag of every phase the
+    plan gives it to (all copies of a sample go together: the allocation follows the sample's id)."""
 
     def process(self, doc, plan):
-        names = assign(plan, doc["n_tokens"], doc["id"])
-        n = doc["n_tokens"]
+        n, copies = doc["n_tokens"], doc["copies"]
+        names = assign(plan, n, doc["id"])
+        group = group_of(doc["modality"])
         if not names:
             yield count("phase/unused_docs")
-            yield count("phase/unused_tokens", n)
+            yield count("phase/unused_tokens", n * copies)
         elif len(names) > 1:
             yield count("phase/shared_docs")
-            yield count("phase/shared_tokens", n)
+            yield count("phase/shared_tokens", n * copies)
         ids = doc["ids"]
         size = ID_DTYPE.itemsize
         for name in names:
             ends = doc["ends"][name]
-            for index, (a, b) in enumerate(zip([0] + ends, ends)):
-                yield beam.pvalue.TaggedOutput(name, {"doc_id": doc["id"], "chunk": index, "length": b - a,
-                                                      "ids": ids[a * size:b * size]})
+            for epoch in range(copies):
+                for index, (a, b) in enumerate(zip([0] + ends, ends)):
+                    images = tuple((start - a, *rest) for start, *rest in doc["images"] if a <= start < b)
+                    yield beam.pvalue.TaggedOutput(name, {
+                        "doc_id": doc["id"], "epoch": epoch, "chunk": index, "length": b - a,
+                        "modality": doc["modality"], "images": images, "ids": ids[a * size:b * size]})
             yield count(f"phase/{name}/docs")
-            yield count(f"phase/{name}/tokens", n)
-            yield count(f"phase/{name}/chunks", len(ends))
+            yield count(f"phase/{name}/tokens", n * copies)
+            yield count(f"phase/{name}/{group}_tokens", n * copies)
+            yield count(f"phase/{name}/chunks", len(ends) * copies)
 
 
 class AllocatePhases(beam.PTransform):
@@ -155,7 +193,7 @@ class AllocatePhases(beam.PTransform):
     def expand(self, docs):
         phases = configured_phases(self.cfg)
         budget, min_seqs = self.cfg["budget_tokens"], self.cfg["min_sequences"]
-        plan = (docs | "Histogram" >> beam.Map(lambda d: (length_bucket(d["n_tokens"]), (1, d["n_tokens"])))
+        plan = (docs | "Histogram" >> beam.Map(lambda d: (length_bucket(d["n_tokens"]), (1, d["n_tokens"] * d["copies"])))
                 | "SumBuckets" >> beam.CombinePerKey(_tuple_sum)
                 | "OneHistogram" >> beam.combiners.ToList()
                 | "Plan" >> beam.Map(lambda h: make_plan(dict(h), phases, budget, min_seqs)))
@@ -168,8 +206,8 @@ class AllocatePhases(beam.PTransform):
 
 
 # ----------------------------------------------------------------------------------------- packing
-def chunk_group(doc_id: str, index: int, groups: int, seed: int) -> int:
-    return xxhash.xxh64_intdigest(f"{doc_id}/{index}".encode("utf-8"), seed) % groups
+def chunk_group(doc_id: str, epoch: int, index: int, groups: int, seed: int) -> int:
+    return xxhash.xxh64_intdigest(f"{doc_id}/{epoch}/{index}".encode("utf-8"), seed) % groups
 
 
 class _PackGroup(beam.DoFn):
@@ -223,7 +261,8 @@ def _route(element):
     if len(chunks) != 1 or len(places) != 1:
         raise RuntimeError(f"chunk {chunk_id}: {len(chunks)} records, {len(places)} places")
     shard, pos, slot = places[0]
-    yield shard, (pos, slot, chunk_id[0], chunk_id[1], chunks[0]["ids"])
+    c = chunks[0]
+    yield shard, (pos, slot, c["doc_id"], c["chunk"], c["epoch"], c["modality"], tuple(map(tuple, c["images"])), c["ids"])
 
 
 class _WritePackedShard(beam.DoFn):
@@ -236,10 +275,11 @@ class _WritePackedShard(beam.DoFn):
     def process(self, element, where):
         shard, rows = element
         sequences: list = []
-        for pos, _, doc_id, index, ids in sorted(rows):
+        for pos, _, doc_id, index, epoch, modality, images, ids in sorted(rows):
             if not sequences or sequences[-1][0] != pos:
                 sequences.append((pos, []))
-            sequences[-1][1].append((doc_id, index, np.frombuffer(ids, dtype=ID_DTYPE).astype(np.int32)))
+            sequences[-1][1].append(shard_format.Segment(
+                doc_id, index, np.frombuffer(ids, dtype=ID_DTYPE).astype(np.int32), epoch, modality, images))
         name = shard_format.shard_name(shard, where["shards"])
         with FileSystems.create(FileSystems.join(self.directory, name)) as fh:
             stats = shard_format.write_shard(fh, sequences, self.phase.seq_len, self.pad_id, self.phase.name)
@@ -252,7 +292,7 @@ class _Finish(beam.DoFn):
     def __init__(self, directory: str, phase: Phase, cfg: dict, tokenizer: dict):
         self.directory, self.phase, self.cfg, self.tokenizer = directory, phase, cfg, tokenizer
 
-    def process(self, _, shards, groups, summary, plan, allocation):
+    def process(self, _, shards, groups, summary, plan, allocation, mix):
         p, target = self.phase, self.cfg["padding_target"]
         rates = [(n * p.seq_len - t) / (n * p.seq_len) for _, n, t in groups if n]
         status, section = "ok", {}
@@ -263,12 +303,13 @@ class _Finish(beam.DoFn):
                        "corpus_tokens": plan["total_tokens"], "corpus_docs": plan["total_docs"],
                        **{k: allocation.get(f"phase/{k}", 0) for k in ("shared_docs", "shared_tokens",
                                                                         "unused_docs", "unused_tokens")}}
-        chunks, _, documents = summary
+        figures = dict(zip(SUMMARY, summary))
         meta = shard_format.manifest(
             p.name, p.seq_len, p.chunk_tokens, self.tokenizer, shards, status=status, padding_target=target,
-            chunks=chunks, documents=documents, groups=len(groups), min_group_tokens=p.min_group_tokens,
-            max_group_padding_rate=max(rates, default=0.0), groups_above_target=sum(r > target for r in rates),
-            seed=self.cfg["seed"], allocation=section)
+            chunks=figures["chunks"], documents=figures["documents"], groups=len(groups),
+            min_group_tokens=p.min_group_tokens, max_group_padding_rate=max(rates, default=0.0),
+            groups_above_target=sum(r > target for r in rates), seed=self.cfg["seed"], allocation=section,
+            modalities=modality_section(figures, mix))
         with FileSystems.create(FileSystems.join(self.directory, shard_format.MANIFEST)) as fh:
             fh.write(shard_format.manifest_bytes(meta))
         key = f"pack/{p.name}"
@@ -279,24 +320,60 @@ class _Finish(beam.DoFn):
         yield f"{key}/padding_rate", meta["padding_rate"]
         yield f"{key}/max_group_padding_rate", meta["max_group_padding_rate"]
         yield f"{key}/status:{meta['status']}", 1
+        for field in ("images", "visual_tokens"):
+            yield f"{key}/{field}", meta[field]
+        yield beam.pvalue.TaggedOutput(MANIFESTS, {k: meta[k] for k in PHASE_FIGURES})
+
+
+MANIFESTS = "manifests"
+PHASE_FIGURES = ("phase", "status", "seq_len", "sequences", "tokens", "padding_rate", "tokens_by_modality",
+                 "text_to_multimodal_ratio", "images", "visual_tokens", "documents")
+
+
+def modality_section(figures: dict, mix: dict | None) -> dict:
+    """The manifest's modality figures: tokens_by_modality (multimodal = pairs + interleaved, their visual
+    tokens included), text_to_multimodal_ratio, images, and the mixing plan's multipliers."""
+    text, multimodal = figures["text_tokens"], figures["pair_tokens"] + figures["interleaved_tokens"]
+    return {"tokens_by_modality": {"text": text, "multimodal": multimodal, "pair": figures["pair_tokens"],
+                                   "interleaved": figures["interleaved_tokens"]},
+            "text_to_multimodal_ratio": text / multimodal if multimodal else None,
+            "images": figures["images"], "visual_tokens": figures["visual_tokens"],
+            "epoch_multipliers": (mix or {}).get("multipliers")}
+
+
+SUMMARY = ("chunks", "tokens", "documents", "text_tokens", "pair_tokens", "interleaved_tokens", "visual_tokens",
+           "images")
+
+
+def _chunk_id(c: dict) -> tuple:
+    return c["doc_id"], c["epoch"], c["chunk"]
+
+
+def _chunk_summary(c: dict) -> tuple:
+    """A chunk's part of the phase's SUMMARY figures (a document counts once, at its first chunk)."""
+    n, modality = c["length"], c["modality"]
+    return (1, n, int(c["chunk"] == 0 and c["epoch"] == 0), n * (modality == TEXT), n * (modality == PAIR),
+            n * (modality == INTERLEAVED), sum(block[1] for block in c["images"]), len(c["images"]))
 
 
 class PackAndWrite(beam.PTransform):
     """Chunk records of one phase -> shards + manifest.json under `directory`; returns counters
-    (key, n), one element per key. `plan`/`allocation` (from AllocatePhases) add the phase's status
-    and allocation figures to the manifest; without them the phase is reported on its own."""
+    (key, n), one element per key, and (tag MANIFESTS) the manifest's main figures. `plan`/`allocation`
+    (from AllocatePhases) add the phase's status and allocation figures to the manifest, `mix` (from
+    BalanceRatio) the epoch multipliers; without them the phase is reported on its own."""
 
-    def __init__(self, cfg: dict, directory: str, phase: Phase, tokenizer: dict, plan=None, allocation=None):
+    def __init__(self, cfg: dict, directory: str, phase: Phase, tokenizer: dict, plan=None, allocation=None,
+                 mix=None):
         super().__init__()
         self.cfg, self.directory, self.phase, self.tokenizer = cfg, directory, phase, tokenizer
-        self.plan, self.allocation = plan, allocation
+        self.plan, self.allocation, self.mix = plan, allocation, mix
 
     def expand(self, chunks):
         p, phase, seed = chunks.pipeline, self.phase, self.cfg["seed"]
-        lengths = chunks | "Lengths" >> beam.Map(lambda c: ((c["doc_id"], c["chunk"]), c["length"]))
-        summary = (chunks | "Summary" >> beam.Map(lambda c: (1, c["length"], int(c["chunk"] == 0)))
+        lengths = chunks | "Lengths" >> beam.Map(lambda c: (_chunk_id(c), c["length"]))
+        summary = (chunks | "Summary" >> beam.Map(_chunk_summary)
                    | "SumSummary" >> beam.CombineGlobally(_tuple_sum)
-                   | "OrZero" >> beam.Map(lambda s: s or (0, 0, 0)))
+                   | "OrZero" >> beam.Map(lambda s: s or (0,) * len(SUMMARY)))
         n_groups = summary | "Groups" >> beam.Map(lambda s, m: max(1, s[1] // m), phase.min_group_tokens)
         packed = (lengths
                   | "KeyByGroup" >> beam.Map(lambda kl, g: (chunk_group(*kl[0], g, seed), kl),
@@ -307,7 +384,7 @@ class PackAndWrite(beam.PTransform):
                  | "Layout" >> beam.Map(layout, phase.seq_len, self.cfg["shard_tokens"]))
         where_side = beam.pvalue.AsSingleton(where)
         places = packed.sequences | "Place" >> beam.ParDo(_Place(seed), where=where_side)
-        keyed = chunks | "KeyByChunk" >> beam.Map(lambda c: ((c["doc_id"], c["chunk"]), c))
+        keyed = chunks | "KeyByChunk" >> beam.Map(lambda c: (_chunk_id(c), c))
         written = ({"chunk": keyed, "where": places} | "JoinPlaces" >> beam.CoGroupByKey()
                    | "Route" >> beam.FlatMap(_route)
                    | "GroupShard" >> beam.GroupByKey()
@@ -315,34 +392,140 @@ class PackAndWrite(beam.PTransform):
                        _WritePackedShard(self.directory, phase, self.tokenizer["pad_id"]), where=where_side))
         plan = beam.pvalue.AsSingleton(self.plan) if self.plan is not None else None
         allocation = beam.pvalue.AsDict(self.allocation) if self.allocation is not None else {}
+        mix = beam.pvalue.AsSingleton(self.mix) if self.mix is not None else None
         return (p | "Once" >> beam.Create([None])
                 | "Finish" >> beam.ParDo(_Finish(self.directory, phase, self.cfg, self.tokenizer),
                                          shards=beam.pvalue.AsList(written), groups=beam.pvalue.AsList(packed[GROUPS]),
                                          summary=beam.pvalue.AsSingleton(summary),
-                                         plan=plan, allocation=allocation))
+                                         plan=plan, allocation=allocation, mix=mix).with_outputs(MANIFESTS, main="counters"))
 
 
 # --------------------------------------------------------------------------------------- the stage
+class ShardInputs(NamedTuple):
+    """What the shard stage mixes besides the text documents: the other branches' final documents (None:
+    the branch did not run) and the drop rows of each branch's dedup stages, in stage order (for
+    clusters: twins and rehydration)."""
+
+    interleaved: beam.PCollection | None = None
+    pairs: beam.PCollection | None = None
+    text_dedup: tuple = ()
+    interleaved_dedup: tuple = ()
+
+
 class BuildShardsResult(NamedTuple):
-    counters: beam.PCollection   # (key, n) with tokenize/*, phase/* and pack/<phase>/* keys (sum per key)
-    tokenized: beam.PCollection  # one token record per document that went into packing
-    no_tokens: beam.PCollection  # the documents whose text gives no tokens
+    counters: beam.PCollection   # (key, n) with tokenize/*, mix/*, phase/* and pack/<phase>/* keys (sum per key)
+    packed: beam.PCollection     # one token record (with its copies) per sample that went into packing
+    dropped: beam.PCollection    # (doc, modality, reason, detail) of every sample the stage dropped
+
+
+def _clusters(p, rows: tuple, label: str):
+    if not rows:
+        return p | f"{label}/NoClusters" >> beam.Create([])
+    return rows | f"{label}/Clusters" >> mix_transforms.Clusters(label)
+
+
+class _RunManifest(beam.DoFn):
+    """OUT/shards/manifest.json: the corpus after mixing (tokens by modality over every copy, the ratio,
+    the multipliers and thresholds, the twins) and each phase's main figures."""
+
+    def __init__(self, directory: str, cfg: dict):
+        self.directory, self.cfg = directory, cfg
+
+    def process(self, _, plan, totals, phases, counters):
+        tokens = {m: 0 for m in (TEXT, PAIR, INTERLEAVED)}
+        largest = {g: 0 for g in mixing.GROUPS}
+        for modality, n, biggest in totals:
+            tokens[modality] += n
+            largest[group_of(modality)] = max(largest[group_of(modality)], biggest)
+        multimodal = tokens[PAIR] + tokens[INTERLEAVED]
+        ratio = plan["target_ratio"]
+        short = next((g for g in mixing.GROUPS if plan["multipliers"][g] > 1), None)
+        meta = {
+            "format": shard_format.FORMAT, "status": plan["status"], "status_detail": plan["status_detail"],
+            "tokens_by_modality": {"text": tokens[TEXT], "multimodal": multimodal, "pair": tokens[PAIR],
+                                   "interleaved": tokens[INTERLEAVED]},
+            "text_to_multimodal_ratio": tokens[TEXT] / multimodal if multimodal else None,
+            "target_ratio": ratio, "epoch_multipliers": plan["multipliers"],
+            "target_tokens": plan["targets"], "balanced_group": short,
+            # how far the realised ratio is from the target, in tokens of the balanced group, and the
+            # largest sample of that group: the first is at most about half the second
+            "ratio_error_tokens": (None if short is None or ratio is None else
+                                   (multimodal - tokens[TEXT] / ratio if short == "multimodal"
+                                    else tokens[TEXT] - ratio * multimodal)),
+            "largest_sample_tokens": largest, "thresholds": plan["thresholds"],
+            "twins": {"text_replaced": counters.get("mix/replaced_by_multimodal", 0),
+                      "multimodal_with_text_twin": counters.get("mix/multimodal_with_twin", 0)},
+            "epochs": self.cfg["mix"], "phases": {m["phase"]: m for m in sorted(phases, key=lambda m: m["phase"])}}
+        with FileSystems.create(FileSystems.join(self.directory, shard_format.MANIFEST)) as fh:
+            fh.write(shard_format.manifest_bytes(meta))
+        yield f"mix/status:{plan['status']}", 1
 
 
 class BuildShards(beam.PTransform):
-    """Documents -> OUT/shards/<phase>/ for every configured phase (BuildShardsResult)."""
+    """Text documents (+ ShardInputs) -> OUT/shards/<phase>/ for every configured phase and
+    OUT/shards/manifest.json (BuildShardsResult): samples with their epochs, text twins replaced by
+    their multimodal versions, tokens, the exact text : multimodal ratio, phases, packing."""
 
-    def __init__(self, cfg: dict, directory: str):
+    def __init__(self, cfg: dict, directory: str, inputs: ShardInputs = ShardInputs()):
         super().__init__()
-        self.cfg, self.directory = cfg, directory
+        self.cfg, self.directory, self.inputs = cfg, directory, inputs
 
-    def expand(self, docs):
-        info = tokenizer_info(self.cfg)
-        tokens = docs | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg)
-        alloc = tokens.docs | "AllocatePhases" >> AllocatePhases(self.cfg)
-        parts = [tokens[COUNTERS], alloc["counters"]]
+    def expand(self, text_docs):
+        p, mix, info, inputs = text_docs.pipeline, self.cfg["mix"], tokenizer_info(self.cfg), self.inputs
+        text = ((text_docs, _clusters(p, inputs.text_dedup, "TextClusters"))
+                | "TextSamples" >> mix_transforms.WithEpochs(TEXT, mix))
+        samples, drops = [text], []
+        if inputs.interleaved is not None:
+            samples.append((inputs.interleaved, _clusters(p, inputs.interleaved_dedup, "InterleavedClusters"))
+                           | "InterleavedSamples" >> mix_transforms.WithEpochs(INTERLEAVED, mix))
+        if inputs.pairs is not None:
+            base = mix["epochs"][PAIR]
+            samples.append(inputs.pairs | "PairSamples" >> beam.Map(
+                lambda doc: {"doc": doc, "modality": PAIR, "epochs": base, "keys": []}))
+        tokens = samples | "AllSamples" >> beam.Flatten() | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg)
+        records = tokens.docs
+        if inputs.interleaved is not None:
+            by_modality = records | "ByModality" >> beam.Partition(
+                lambda r, _: (TEXT, INTERLEAVED, PAIR).index(r["modality"]), 3)
+            twins = (by_modality[0], by_modality[1]) | "ResolveTwins" >> mix_transforms.ResolveTwins()
+            records = (twins[TEXT], twins[INTERLEAVED], by_modality[2]) | "Resolved" >> beam.Flatten()
+            drops.append(twins[mix_transforms.REPLACED] | "Replaced" >> beam.MapTuple(
+                lambda r, survivor: ({"id": r["id"], **r["where"]}, TEXT, mix_transforms.REPLACED, survivor)))
+        balanced, plan = records | "BalanceRatio" >> mix_transforms.BalanceRatio(mix)
+        sampled = balanced | "Sampled" >> beam.Partition(lambda r, _: int(r["copies"] > 0), 2)
+        not_sampled, packed = sampled[0], sampled[1]
+        mix_counts = [records | "Twins" >> beam.FlatMap(
+                          lambda r: [("mix/multimodal_with_twin", 1)] if r.get("twins") else []),
+                      *[d | f"CountDrops{i}" >> beam.Map(lambda d: (f"mix/{d[2]}", 1)) for i, d in enumerate(drops)],
+                      packed | "Copies" >> beam.FlatMap(lambda r: [(f"mix/{r['modality']}/copies", r["copies"]),
+                                                                   (f"mix/{r['modality']}/tokens", r["copies"] * r["n_tokens"])])]
+        alloc = packed | "AllocatePhases" >> AllocatePhases(self.cfg)
+        parts = [tokens[COUNTERS], alloc["counters"], *mix_counts]
+        manifests = []
         for phase in configured_phases(self.cfg):
-            parts.append(alloc[phase.name] | f"Pack {phase.name}" >> PackAndWrite(
+            out = alloc[phase.name] | f"Pack {phase.name}" >> PackAndWrite(
                 self.cfg, FileSystems.join(self.directory, phase.name), phase, info, alloc["plan"],
-                alloc["counters"]))
-        return BuildShardsResult(parts | "AllCounters" >> beam.Flatten(), tokens.docs, tokens[NO_TOKENS])
+                alloc["counters"], plan)
+            parts.append(out.counters)
+            manifests.append(out[MANIFESTS])
+        totals = (packed | "ModalityTotals" >> beam.Map(lambda r: (r["modality"], (r["n_tokens"] * r["copies"], r["n_tokens"])))
+                  | "SumModality" >> beam.CombinePerKey(lambda rows: _sum_and_max(rows))
+                  | "Flat" >> beam.MapTuple(lambda m, tm: (m, *tm)))
+        counted = parts | "AllCounters" >> beam.Flatten()
+        run_counters = counted | "SumForManifest" >> beam.CombinePerKey(sum)
+        done = (p | "Once" >> beam.Create([None])
+                | "RunManifest" >> beam.ParDo(_RunManifest(self.directory, self.cfg), beam.pvalue.AsSingleton(plan),
+                                              beam.pvalue.AsList(totals),
+                                              beam.pvalue.AsList(manifests | "AllManifests" >> beam.Flatten()),
+                                              beam.pvalue.AsDict(run_counters)))
+        drops += [tokens[DROPS], not_sampled | "NotSampled" >> beam.Map(
+            lambda r: ({"id": r["id"], **r["where"]}, r["modality"], "not_sampled", f"epochs {r['epochs']:.4g}"))]
+        return BuildShardsResult((counted, done) | "WithRunManifest" >> beam.Flatten(), packed,
+                                 drops | "AllDrops" >> beam.Flatten())
+
+
+def _sum_and_max(rows):
+    total, largest = 0, 0
+    for n, biggest in rows:
+        total, largest = total + n, max(largest, biggest)
+    return total, largest

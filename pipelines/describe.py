@@ -10,7 +10,7 @@ import json
 from pydantic import BaseModel
 
 from pipelines.config import RunSettings
-from pipelines.stage import READS_INPUT, Stage
+from pipelines.stage import READS_INPUT, READS_OUTPUTS, READS_PREVIOUS, Stage
 from pipelines.stages import STAGES
 
 BEGIN, END = "<!-- curate stages: begin -->", "<!-- curate stages: end -->"
@@ -38,11 +38,13 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
 
 def _stage_block(stage: Stage, before: Stage | None, ends_group: bool) -> list[str]:
     reads = ("the input files" if stage.reads == READS_INPUT
+             else "the final documents of " + ", ".join(f"`{n}`" for n in stage.reads_outputs_of({"stages": None}))
+             if stage.reads == READS_OUTPUTS
              else f"the documents of `{before.name}`" if before is not None else "the documents before it")
     writes = [f"`{stage.documents}`"] if stage.documents and ends_group else []
     writes += [f"`{o}`" for o in stage.outputs if o != stage.documents]
     lines = [f"### {stage.name}", "", inspect.cleandoc(type(stage).__doc__ or ""), "",
-             f"Reads {reads}{', or their Parquet output of an earlier run' if stage.starts_group and before is not None and stage.reads != READS_INPUT else ''}; "
+             f"Reads {reads}{', or their Parquet output of an earlier run' if stage.starts_group and before is not None and stage.reads == READS_PREVIOUS else ''}; "
              f"writes {', '.join(writes) or 'stats only'} (and `dropped/{stage.name}`, `{stage.name}/stats.json`).", ""]
     reasons = stage.reasons
     lines += [f"Drop reasons: {', '.join(f'`{r}`' for r in reasons)}." if reasons else "Drops nothing.", ""]

@@ -40,7 +40,7 @@ from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
-from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, ImagesStage, NearDedupStage,
+from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, ImagesStage, NearDedupStage, PackStage,
                               ScoreSyntheticText, WriteStage)
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
@@ -798,3 +798,4 @@ class InterleavedWriteStage(WriteStage):
 
 
 register(ImagesStage)  # the pairs branch, after the interleaved stages whose dropped documents it recycles
+register(PackStage)  # the final corpus mixes the documents of every branch

@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipelines import io
 from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
-from pipelines.stage import READS_INPUT, note_writes
+from pipelines.stage import READS_INPUT, READS_PREVIOUS, note_writes
 from pipelines.stages import STAGES
 from pipelines.progress import Progress
 from pipelines.stats import format_table
@@ -194,7 +194,7 @@ def plan_groups(names: list[str]) -> list[list[str]]:
 def check_plan(names: list[str]) -> None:
     """Every stage that reads documents follows one that has them."""
     for before, name in zip([None] + names, names):
-        if STAGES[name].reads != READS_INPUT and (before is None or STAGES[before].documents is None):
+        if STAGES[name].reads == READS_PREVIOUS and (before is None or STAGES[before].documents is None):
             raise ConfigError(f"stages: {name} reads the documents of the stage before it, but "
                              f"{'none runs before it' if before is None else before + ' has none'}")
 
@@ -211,7 +211,7 @@ def _needed_groups(groups: list[list[str]], selected: set, cfg: dict) -> list[bo
         if needed[i]:
             continue
         needed[i] = True
-        if STAGES[groups[i][0]].reads != READS_INPUT and i > 0:
+        if STAGES[groups[i][0]].reads == READS_PREVIOUS and i > 0:
             todo.append(i - 1)
         todo += [index[n] for name in groups[i] for n in STAGES[name].reads_outputs_of(cfg) if n in index]
     return needed
@@ -300,7 +300,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         for name in group:
             reads_input = STAGES[name].reads == READS_INPUT
             side = {n: fingerprints[n] for n in STAGES[name].reads_outputs_of(cfg)}
-            upstream_fp = stage_fingerprint(cfg, name, None if reads_input else upstream_fp,
+            upstream_fp = stage_fingerprint(cfg, name, None if reads_input else
+                                            upstream_fp if STAGES[name].reads == READS_PREVIOUS else "",
                                             STAGES[name].settings_from, side)
             fingerprints[name] = upstream_fp
             markers[name] = {"fingerprint": upstream_fp, **({"input_files": cfg["input_files"]} if reads_input else {})}
@@ -355,7 +356,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 first = STAGES[group[0]]
                 if results is None:
                     docs = None
-                    if first.reads != READS_INPUT:
+                    if first.reads == READS_PREVIOUS:
                         docs = _upstream_docs(p, root, upstream, built_here, previous, writes, f"{first.name}/Input")
                     previous, writes = build_group(p, group, cfg, root, docs, markers, started)
                     note_writes(p, group, writes)

@@ -15,8 +15,9 @@ What a stage declares (class attributes):
 - `config`: a pydantic model of its section; `load_config` validates every registered section before any
   pipeline is built, and `curate stages` prints them;
 - `reasons`: the drop reasons it may give (the `dropped` keys of its stats);
-- `reads`: `READS_PREVIOUS` (the documents of the stage before it) or `READS_INPUT` (the run's input
-  files; its fingerprint covers them);
+- `reads`: `READS_PREVIOUS` (the documents of the stage before it), `READS_INPUT` (the run's input
+  files; its fingerprint covers them) or `READS_OUTPUTS` (only the outputs of the stages
+  `reads_outputs_of` names: the shard stage mixes every branch's final documents);
 - `starts_group`: it begins a group: the stages before it write their documents (Parquet) and a
   completion marker, so that a rerun with the same config and input resumes here, reading them back
   (a run is one Beam pipeline; within it the documents also flow on directly);
@@ -61,7 +62,7 @@ from pipelines import io
 
 DROPPED = "dropped"
 COUNTERS = "counters"
-READS_INPUT, READS_PREVIOUS = "input", "previous"
+READS_INPUT, READS_PREVIOUS, READS_OUTPUTS = "input", "previous", "outputs"
 
 
 class Section(BaseModel):

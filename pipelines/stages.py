@@ -29,7 +29,7 @@ from filters.quality import QualityConfig
 from packing.config import PackConfig
 from pipelines import io
 from pipelines.image_pairs import ImagePairsConfig
-from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Built, Drop, DocumentStage, DocumentStep, Section, Stage,
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, READS_OUTPUTS, STAGES, Built, Drop, DocumentStage, DocumentStep, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
 
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
@@ -519,33 +519,6 @@ class WriteStage(Stage):
         return Built(None, drops, counters, (written.written,))
 
 
-# -------------------------------------------------------------------------------------------- pack
-@register
-class PackStage(Stage):
-    """The DeepSeek-V3 tokenizer (BOS + text + EOS), deterministic chunking of over-long documents at
-    paragraph/sentence boundaries, phase allocation (34:11 token budgets, long documents to the long
-    phase, no document in both), best-fit-decreasing packing with exact-pair reservations per hash
-    group, and a seeded shuffle into near-equal Arrow IPC shards with `cu_seqlens` and a manifest per
-    phase (the DeepSeek-V4.1 report: documents split before mixing, <= 1e-4 padding)."""
-
-    name, config, reasons = "pack", PackConfig, ("no_tokens",)
-    starts_group, schema, outputs = True, None, ("shards",)
-
-    @property
-    def documents(self):
-        return None
-
-    def build(self, p, cfg, docs, root):
-        from packing.config import pack_config
-        from packing.transforms import BuildShards
-
-        built = docs | "BuildShards" >> BuildShards(pack_config(cfg["pack"]), io.join(root, "shards"))
-        packed = built.tokenized | "CountPacked" >> beam.Map(lambda _: ("out", 1))  # a document in the shards
-        drops = built.no_tokens | "NoTokens" >> beam.Map(lambda doc: drop_row(doc, "pack", "no_tokens"))
-        # the phase counters are emitted after each phase's shards and manifest are written
-        return Built(None, drops, (built.counters, packed) | "Counters" >> beam.Flatten(), (built.counters,))
-
-
 # ------------------------------------------------------------------------------------------- images
 def _image_drop(row_reason_detail):
     """An image-branch drop (a reference, or a pair) as a drop row: `url` is the image's, the page and
@@ -611,5 +584,83 @@ class ImagesStage(Stage):
         return Built(None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters, (pairs, images))
 
 
-# registers the interleaved branch's stages after these, then ImagesStage (whichever module is imported first)
+# -------------------------------------------------------------------------------------------- pack
+BRANCH_DOCS = {"write": "docs/text", "interleaved_write": "docs/interleaved", "image_pairs": "docs/pairs"}
+DEDUP_STAGES = {"write": ("exact_dedup", "near_dedup"),
+                "interleaved_write": ("interleaved_exact_dedup", "interleaved_near_dedup")}
+
+
+def _sample_drop(doc_modality_reason_detail):
+    """A sample the shard stage dropped, as a drop row (a pair's `url` is its image's, the page in the detail)."""
+    doc, modality, reason, detail = doc_modality_reason_detail
+    if modality == "pair":
+        row = {**doc, "url": doc.get("img_url"), "warc_offset": None}
+        detail = f"{detail}; pair on {doc.get('page_url')}" if detail else f"pair on {doc.get('page_url')}"
+        return drop_row(row, "pack", reason, detail, text=doc.get("alt") or "")
+    if modality == "interleaved":
+        text = "\n\n".join(n["text"] for n in doc.get("nodes") or () if n.get("text"))
+        return drop_row(doc, "pack", reason, detail, text=text)
+    return drop_row(doc, "pack", reason, detail)
+
+
+class PackStage(Stage):
+    """The final corpus: every branch's final documents (text, interleaved, pairs) as samples with epochs
+    (`pack.mix`), each text document that has a multimodal twin (the same capture, or one its dedup
+    cluster holds) replaced by it with the larger epoch count, the exact text : multimodal token ratio
+    (7 : 1) by per-set multipliers and hashed fractional copies, the DeepSeek-V3 tokenizer (BOS + text
+    + image blocks of `<｜image｜>` + EOS), deterministic chunking of over-long samples at paragraph/
+    sentence boundaries and never inside an image block, phase allocation (34:11 token budgets, long
+    documents to the long phase, every copy of a sample in one phase), best-fit-decreasing packing with
+    exact-pair reservations per hash group, and a seeded shuffle into near-equal Arrow IPC shards with
+    `cu_seqlens`, image spans and a manifest per phase, plus OUT/shards/manifest.json for the run (the
+    DeepSeek-V4.1 report §1.3 and §4.1: documents split before mixing, <= 1e-4 padding). Its `in`
+    counts every final document of the branches that ran; `out` those in the shards."""
+
+    name, config, reads, starts_group = "pack", PackConfig, READS_OUTPUTS, True
+    schema, outputs, settings_from = None, ("shards",), ("interleaved",)
+    reasons = ("replaced_by_multimodal", "no_tokens", "image_block_too_long", "no_image_token", "not_sampled")
+
+    @property
+    def documents(self):
+        return None
+
+    def reads_outputs_of(self, cfg):
+        return tuple(n for n in BRANCH_DOCS if n in STAGES and (cfg["stages"] is None or n in cfg["stages"]))
+
+    def notices(self, cfg):
+        if cfg["pack"]["mix"]["twins_by_cluster"] and not cfg["write_dropped"]:
+            return ["write_dropped is false: the shard stage cannot see dedup clusters, so text and multimodal twins "
+                    "are matched by capture only and pack.mix.rehydrate has no clusters to scale by"]
+        return []
+
+    def build(self, p, cfg, docs, root):
+        from packing.config import pack_config
+        from pipelines.config import ConfigError
+        from pipelines.stage import writes_of
+        from packing.transforms import BuildShards, ShardInputs
+
+        def read(stage: str, folder: str):
+            return (io.after(p, io.join(root, folder, "part*.parquet"), writes_of(p, stage), f"pack/After {folder}")
+                    | f"pack/Read {folder}" >> beam.io.ReadAllFromParquet())
+
+        branches = self.reads_outputs_of(cfg)
+        inputs = {name: read(name, BRANCH_DOCS[name]) for name in branches}
+        dedup = {name: tuple(read(name, f"dropped/{d}") for d in DEDUP_STAGES[name]
+                             if cfg["write_dropped"] and d in STAGES and (cfg["stages"] is None or d in cfg["stages"]))
+                 for name in DEDUP_STAGES if name in inputs}
+        if "write" not in inputs:
+            raise ConfigError("stages: pack mixes the final text documents; add write (and the stages before it)")
+        others = ShardInputs(inputs.get("interleaved_write"), inputs.get("image_pairs"), dedup.get("write", ()),
+                             dedup.get("interleaved_write", ()))
+        pack_cfg = {**pack_config(cfg["pack"]), "vision": cfg["interleaved"]["vision"]}
+        built = inputs["write"] | "BuildShards" >> BuildShards(pack_cfg, io.join(root, "shards"), others)
+        counted = [built.counters, built.packed | "CountPacked" >> beam.Map(lambda _: ("out", 1))]
+        counted += [docs_in | f"pack/In {name}" >> beam.Map(lambda _: ("in", 1)) for name, docs_in in inputs.items()]
+        drops = built.dropped | "pack/DropRows" >> beam.Map(_sample_drop)
+        # the phase counters are emitted after each phase's shards and manifest are written
+        return Built(None, drops, counted | "Counters" >> beam.Flatten(), (built.counters,))
+
+
+# registers the interleaved branch's stages after these, then ImagesStage and PackStage (whichever module is
+# imported first)
 from pipelines import interleaved  # noqa: E402,F401

@@ -65,7 +65,10 @@ def test_one_and_two_workers_write_byte_identical_shards(runs):
     f1, f2 = files(one), files(two)
     assert sorted(f1) == sorted(f2) and f1 == f2 and c1 == c2
     assert sum(name.endswith(".arrow") for name in f1) >= 4
-    assert {name.split("/")[0] for name in f1} == {"pretrain", "long", "huge"}
+    assert {name.split("/")[0] for name in f1} == {"pretrain", "long", "huge", "manifest.json"}
+    run = json.loads(f1["manifest.json"])
+    assert run["status"] == "no_multimodal" and run["tokens_by_modality"]["multimodal"] == 0
+    assert run["tokens_by_modality"]["text"] == sum(run["phases"][p]["tokens"] for p in run["phases"])
 
 
 def test_reader_returns_exactly_the_tokens_of_every_document(runs, docs):
@@ -136,11 +139,11 @@ def test_groups_with_enough_tokens_reach_the_padding_target(tmp_path):
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(np.exp(rng.normal(1.6, 0.8, 6500))), 1, 16).astype(int)
     assert lengths.sum() >= 2 * phase.min_group_tokens
-    chunks = [{"doc_id": f"{i:032x}", "chunk": 0, "length": int(n), "ids": np.arange(n, dtype="<u4").tobytes()}
-              for i, n in enumerate(lengths)]
+    chunks = [{"doc_id": f"{i:032x}", "epoch": 0, "chunk": 0, "length": int(n), "modality": "text", "images": (),
+               "ids": np.arange(n, dtype="<u4").tobytes()} for i, n in enumerate(lengths)]
     info = {"name": "t", "sha256": "0" * 64, "vocab_size": 16, "bos_id": 0, "eos_id": 1, "pad_id": 2,
             "add_bos": False, "add_eos": False}
-    counters = run_pipeline(lambda p: p | beam.Create(chunks) | PackAndWrite(cfg, str(tmp_path / "s"), phase, info),
+    counters = run_pipeline(lambda p: (p | beam.Create(chunks) | PackAndWrite(cfg, str(tmp_path / "s"), phase, info)).counters,
                             1, tmp_path / "counters.json")
     assert counters["pack/pretrain/groups"] == lengths.sum() // phase.min_group_tokens >= 2
     assert counters["pack/pretrain/groups_above_target"] == 0
@@ -153,20 +156,29 @@ def test_groups_with_enough_tokens_reach_the_padding_target(tmp_path):
 def test_pack_stage_writes_a_drop_row_for_a_document_without_tokens(tmp_path):
     """The pack stage's `no_tokens` drops are rows of OUT/dropped/pack like every stage's, and its
     `out` counts the documents that went into the shards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines import io
     from pipelines.stages import STAGES
 
     docs = [{"id": "0" * 32, "url": "u", "warc_file": "f", "warc_offset": 0, "warc_date": "", "text": "",
              "scores": {}},
             {"id": "1" * 32, "url": "v", "warc_file": "f", "warc_offset": 1, "warc_date": "",
              "text": "A sentence with some tokens in it.", "scores": {}}]
-    cfg = {"pack": {"phases": {"pretrain": {"seq_len": 64}}}}
+    cfg = {"pack": {"phases": {"pretrain": {"seq_len": 64}}}, "stages": ["write", "pack"], "write_dropped": False,
+           "interleaved": {"vision": {}}}
     out = tmp_path / "out.json"
+    text = tmp_path / "docs" / "text"
+    text.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([{**d, "charset": "utf-8", "lang": "en", "lang_score": 1.0, "scores": []}
+                                         for d in docs], schema=io.DOC_SCHEMA), text / "part-0.parquet")
 
     def collect(rows):
         out.write_text(json.dumps(rows, sort_keys=True, default=str))
 
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
-        built = STAGES["pack"].build(p, cfg, p | beam.Create(docs), str(tmp_path))
+        built = STAGES["pack"].build(p, cfg, None, str(tmp_path))
         drops, counters = built.drops, built.counters
         sums = counters | beam.CombinePerKey(sum) | "Dict" >> beam.combiners.ToDict()
         ((drops | "Drops" >> beam.combiners.ToList(), sums) | beam.Flatten() | "Both" >> beam.combiners.ToList()

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from packing import ShardDataset, open_shards
 from packing.config import pack_config, phases
-from packing.shards import MANIFEST, manifest, manifest_bytes, shard_name, write_shard
+from packing.shards import MANIFEST, Segment, manifest, manifest_bytes, shard_name, write_shard
 from packing.transforms import GROUPS, _PackGroup
 
 SEQ_LEN, PAD = 64, 2
@@ -29,7 +29,7 @@ def synthetic_shards(tmp_path, n_shards=3, per_shard=7, seed=0):
             while room > 0:
                 n = int(rng.integers(1, min(room, 30) + 1))
                 ids = rng.integers(3, 100, n).astype(np.int32)
-                segments.append((f"doc{index}-{len(segments)}", len(segments), ids))
+                segments.append(Segment(f"doc{index}-{len(segments)}", len(segments), ids, epoch=len(segments) % 2))
                 room -= n
             sequences.append((index, segments))
             expected.append((index, segments))
@@ -49,12 +49,14 @@ def test_round_trip_with_boundaries_positions_and_padding(tmp_path):
     got = list(open_shards(str(tmp_path)))
     assert [g["index"] for g in got] == [i for i, _ in expected]
     for item, (_, segments) in zip(got, expected):
-        ids = np.concatenate([s for _, _, s in segments])
-        lengths = [len(s) for _, _, s in segments]
+        ids = np.concatenate([s.ids for s in segments])
+        lengths = [len(s.ids) for s in segments]
         assert item["input_ids"].tolist() == ids.tolist() and item["num_tokens"] == len(ids)
         assert np.diff(item["cu_seqlens"]).tolist() == lengths and item["cu_seqlens"][0] == 0
         assert item["position_ids"].tolist() == [p for n in lengths for p in range(n)]
-        assert item["doc_ids"] == [d for d, _, _ in segments] and item["chunk_index"] == [c for _, c, _ in segments]
+        assert item["doc_ids"] == [s.doc_id for s in segments] and item["chunk_index"] == [s.chunk for s in segments]
+        assert item["epoch"] == [s.epoch for s in segments] and item["modality"] == ["text"] * len(segments)
+        assert item["images"] == []
     padded = next(open_shards(str(tmp_path), padded=True))
     n = got[0]["num_tokens"]
     assert len(padded["input_ids"]) == len(padded["position_ids"]) == SEQ_LEN

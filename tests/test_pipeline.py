@@ -53,13 +53,16 @@ def test_identities_hold_for_every_stage(one_worker):
         if name != "write":
             assert s["in"] == s["out"] + sum(s["dropped"].values()), name
     names = list(stages)
-    text_branch = summary["stages"][:names.index("pack") + 1]  # then the image branches, from the same read
+    text_branch = summary["stages"][:names.index("write") + 1]  # then the image branches, from the same read
     for a, b in zip(text_branch, text_branch[1:]):
         assert b["in"] == a["out"]
+    # the shard stage mixes the final documents of every branch
+    assert stages["pack"]["in"] == sum(stages[b]["out"] for b in ("write", "interleaved_write", "image_pairs"))
     pack = stages["pack"]["extra"]
-    assert pack["tokenize/docs"] == stages["write"]["out"]
+    assert pack["tokenize/docs"] == stages["pack"]["out"] + stages["pack"]["dropped"].get("replaced_by_multimodal", 0)
+    copies = sum(v for k, v in pack.items() if k.startswith("mix/") and k.endswith("/tokens"))  # every epoch copy
     assert pack["phase/pretrain/tokens"] + pack.get("phase/long/tokens", 0) + pack.get("phase/unused_tokens", 0) \
-        == pack["tokenize/tokens"]
+        == copies
     assert json.loads((out / "stats" / "summary.json").read_text()) == summary
     assert stages["read"]["extra"]["records/response"] == 42
 
@@ -94,19 +97,16 @@ def test_exact_duplicates_name_their_survivor(one_worker):
 
 
 def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
+    """Every final output, the multimodal shards and the run's manifest included."""
     out1, _ = one_worker
-    text_branch = list(STAGES)[:list(STAGES).index("pack") + 1]  # the image branches have their own such tests
-    run({**load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2), "stages": text_branch})
-    files1 = sorted(p.name for p in (out1 / "docs" / "text").glob("*.parquet"))
-    files2 = sorted(p.name for p in (tmp_path / "docs" / "text").glob("*.parquet"))
-    assert files1 == files2 and files1
-    for name in files1:
-        assert (out1 / "docs" / "text" / name).read_bytes() == (tmp_path / "docs" / "text" / name).read_bytes()
-    shards1 = sorted(p.relative_to(out1) for p in (out1 / "shards").rglob("*") if p.is_file())
-    shards2 = sorted(p.relative_to(tmp_path) for p in (tmp_path / "shards").rglob("*") if p.is_file())
-    assert shards1 == shards2 and any(p.suffix == ".arrow" for p in shards1)
-    for rel in shards1:
-        assert (out1 / rel).read_bytes() == (tmp_path / rel).read_bytes()
+    run(load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2))
+    outputs = ["docs/text", "docs/interleaved", "docs/pairs", "images", "shards"]
+    files1 = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
+    files2 = sorted(p.relative_to(tmp_path) for o in outputs for p in (tmp_path / o).rglob("*") if p.is_file())
+    assert files1 == files2 and any(p.suffix == ".arrow" for p in files1)
+    assert any(str(p).startswith("docs/text") for p in files1)
+    for rel in files1:
+        assert (out1 / rel).read_bytes() == (tmp_path / rel).read_bytes(), rel
 
 
 def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path, capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packing.shards import MANIFEST, manifest, manifest_bytes, shard_name, write_shard
+from packing.shards import MANIFEST, Segment, manifest, manifest_bytes, shard_name, write_shard
 from packing.tokenizer import DocTokenizer
 
 SUBJECTS = ["the cat", "a dog", "the old man", "my friend", "the café owner", "a naïve student", "the bird"]
@@ -50,14 +50,14 @@ def write_phase(directory, phase: str, docs: list[str], doc_tok: DocTokenizer, s
     for d, text in enumerate(docs):
         ids = doc_tok.encode(text).astype(np.int32)
         for c, start in enumerate(range(0, len(ids), seq_len)):
-            chunks.append((f"{prefix}{d}", c, ids[start:start + seq_len]))
+            chunks.append(Segment(f"{prefix}{d}", c, ids[start:start + seq_len]))
     sequences, current, room = [], [], seq_len
     for chunk in chunks:
-        if len(chunk[2]) > room:
+        if len(chunk.ids) > room:
             sequences.append((len(sequences), current))
             current, room = [], seq_len
         current.append(chunk)
-        room -= len(chunk[2])
+        room -= len(chunk.ids)
     if current:
         sequences.append((len(sequences), current))
     name = shard_name(0, 1)

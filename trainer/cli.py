@@ -5,10 +5,14 @@
                  [--checkpoint DIR] [--resume [PATH]] [--log-every K] [--eval-every K] [--seed S]
                  [--vocab auto|full|compact] [--attention auto|dense|segments] [--holdout-every N]
                  [--eval-tokens N] [--long-phase auto|off] [--tokens T] [--threads N] [--out FILE]
+                 [--vision auto|off] [--images DIR] [--vit-d-model D] [--vit-layers L] [--vit-heads H]
 
-It prints a log line every --log-every steps (loss, lr per tier, tokens/s), an evaluation line every
---eval-every steps, and finally one JSON summary line (train loss start/end, held-out BPB, tokens,
-tokens/s, routing summary).
+It prints a log line every --log-every steps (loss, lr per tier, tokens/s; on shards with image spans
+also the images consumed so far), an evaluation line every --eval-every steps, and finally one JSON
+summary line (train loss start/end, held-out BPB, tokens, tokens/s, images, routing summary).
+Shards with image spans train a ViT + projector with the decoder (trainer/vision.py) on the run's
+image store (OUT/images/, or --images); without a store it stops with one line, and --vision off
+trains text-only.
 """
 
 from __future__ import annotations
@@ -58,6 +62,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="tokenizer.json for BPB bytes (default: the manifest's)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="also write the full summary (per-step losses included) as JSON")
+    p.add_argument("--vision", choices=("auto", "off"), default=DEFAULTS.vision,
+                   help="auto: a vision tower when the shards have image spans; off: text-only")
+    p.add_argument("--images", default=DEFAULTS.images,
+                   help="image store (a run folder, OUT/images or a folder of part-*.parquet; default: the run "
+                        "holding the shards)")
+    p.add_argument("--vit-d-model", type=int, default=DEFAULTS.vit_d_model)
+    p.add_argument("--vit-layers", type=int, default=DEFAULTS.vit_layers)
+    p.add_argument("--vit-heads", type=int, default=DEFAULTS.vit_heads)
     return p
 
 
@@ -79,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
                              checkpoint_every=args.checkpoint_every, resume=args.resume,
                              long_phase=args.long_phase,
                              total_tokens=args.tokens, warmup_steps=args.warmup_steps, tokenizer=args.tokenizer,
-                             threads=args.threads)
+                             threads=args.threads, vision=args.vision, images=args.images,
+                             vit_d_model=args.vit_d_model, vit_layers=args.vit_layers, vit_heads=args.vit_heads)
     except ValidationError as err:
         return _user_error("; ".join(f"--{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
     try:
         summary = train(args.shards, args.steps, args.device, config, log=lambda line: print(line, flush=True))
-    except FileNotFoundError as err:  # no shards with sequences, no checkpoint to resume from
+    except FileNotFoundError as err:  # no shards with sequences, no checkpoint, no image store
         return _user_error(str(err))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
@@ -98,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_bytes": heldout["bytes"], "heldout_unk_targets": heldout.get("unk_targets"),
         # the same targets under a uniform distribution and the training unigram, to read the loss by
         "heldout_uniform_loss": heldout["uniform_loss"], "heldout_unigram_loss": heldout["unigram_loss"],
-        "heldout_in_vocab_loss": heldout["in_vocab_loss"],
+        "heldout_in_vocab_loss": heldout["in_vocab_loss"], "images": summary["images"],
+        "heldout_images": heldout["images"],
         "heldout_by_phase": {name: {k: part[k] for k in ("bpb", "loss", "tokens", "bytes", "unk_targets")}
                              for name, part in heldout.get("by_phase", {}).items()},
         "phase_switch_step": summary["phase_switch_step"],

@@ -16,8 +16,17 @@
   a document's first token — BOS — is never predicted from the previous document); a chunk that
   continues a document in another sequence has its first token unpredicted; padding predicts
   nothing and is never a target.
+* Images: a segment carries its image spans (`Piece`: token ids + (offset in the segment, tokens,
+  sha256, height, width) per visual-token block), so cutting out held-out segments and repacking
+  them moves each block with its tokens; `rows_to_batch` re-bases the offsets to row positions
+  (batch["images"]). A visual token is never a target: the token before a block and every token
+  of the block but the last predict nothing (their targets are placeholder ids); the block's last
+  token predicts the text after the image. Held-out loss and BPB are therefore over text targets
+  only.
 * `VocabMap`: "full" uses the tokenizer's ids as they are. "compact" (the CPU default) keeps the
-  token ids occurring ≥ min_count times in the training documents (plus BOS and EOS) and maps all
+  token ids occurring ≥ min_count times in the training documents (plus BOS, EOS and the image
+  placeholder: never a target, so it costs no UNK mass, and its own input row where a text-only
+  model reads it as a token) and maps all
   others to one UNK class whose probability is spread uniformly over the V − K ids it stands for;
   the model is then still a distribution over the whole vocabulary: log p(t) = log p_model(UNK) −
   ln(V − K) for an unkept t, and every loss and BPB figure is in those full-vocabulary nats. With
@@ -50,8 +59,8 @@ import torch
 
 from packing.shards import open_shards, read_manifest
 
-__all__ = ["PhaseShards", "find_phases", "is_held_out", "PhaseStream", "make_batch", "eval_rows", "VocabMap",
-           "token_byte_lengths", "resolve_tokenizer"]
+__all__ = ["PhaseShards", "Piece", "find_phases", "is_held_out", "split_pieces", "PhaseStream", "make_batch",
+           "eval_rows", "with_pixels", "image_digests", "VocabMap", "token_byte_lengths", "resolve_tokenizer"]
 
 IGNORE = -100
 
@@ -67,6 +76,8 @@ class PhaseShards:
     sequences: int
     tokens: int
     tokenizer: dict
+    images: int = 0  # image spans in the phase (manifest "images"; absent: a text-only phase)
+    image_token_id: int | None = None  # the placeholder id of visual tokens (manifest "image_token_id")
 
     @property
     def tokens_per_sequence(self) -> float:
@@ -76,7 +87,7 @@ class PhaseShards:
 def find_phases(directory: str) -> dict[str, PhaseShards]:
     """Phases under `directory` with at least one sequence, by name (pretrain first)."""
     directory = os.path.abspath(directory)
-    if os.path.isfile(os.path.join(directory, "manifest.json")):
+    if "phase" in (read_manifest(directory) or {}):  # a phase folder (OUT/shards/manifest.json is the run's)
         folders = [directory]
     else:
         base = os.path.join(directory, "shards") if os.path.isdir(os.path.join(directory, "shards")) else directory
@@ -87,7 +98,8 @@ def find_phases(directory: str) -> dict[str, PhaseShards]:
         if meta is None or not meta.get("sequences"):
             continue
         phases[meta["phase"]] = PhaseShards(meta["phase"], folder, int(meta["seq_len"]),
-                                            int(meta["sequences"]), int(meta["tokens"]), meta["tokenizer"])
+                                            int(meta["sequences"]), int(meta["tokens"]), meta["tokenizer"],
+                                            int(meta.get("images") or 0), meta.get("image_token_id"))
     if not phases:
         raise FileNotFoundError(f"no shard phase with sequences under {directory}")
     return dict(sorted(phases.items(), key=lambda kv: (kv[0] != "pretrain", kv[0])))
@@ -99,14 +111,38 @@ def is_held_out(doc_id: str, holdout_every: int) -> bool:
     return int(hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:8], 16) % holdout_every == 0
 
 
-def split_segments(item: dict, holdout_every: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(training segments, held-out segments) of one packed sequence, as token-id arrays."""
-    ids, cu = item["input_ids"], item["cu_seqlens"]
+@dataclass(frozen=True)
+class Piece:
+    """One segment as the trainer carries it: its token ids and its image spans, each (offset of the
+    first visual token in the segment, tokens, sha256, height, width). len() is its token count."""
+
+    ids: np.ndarray
+    images: tuple = ()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def split_pieces(item: dict, holdout_every: int) -> tuple[list[Piece], list[Piece]]:
+    """(training segments, held-out segments) of one packed sequence, each with its image spans
+    re-based from sequence positions to offsets in its segment."""
+    ids, cu = item["input_ids"], np.asarray(item["cu_seqlens"])
+    spans: list[list[tuple]] = [[] for _ in item["doc_ids"]]
+    for span in item.get("images") or ():
+        i = int(np.searchsorted(cu, span["pos"], side="right")) - 1  # the segment holding the block
+        spans[i].append((int(span["pos"] - cu[i]), int(span["tokens"]), span["sha256"], int(span["height"]),
+                         int(span["width"])))
     train, held = [], []
     for i, doc in enumerate(item["doc_ids"]):
-        seg = np.asarray(ids[cu[i]:cu[i + 1]], dtype=np.int64)
-        (held if is_held_out(doc, holdout_every) else train).append(seg)
+        piece = Piece(np.asarray(ids[cu[i]:cu[i + 1]], dtype=np.int64), tuple(spans[i]))
+        (held if is_held_out(doc, holdout_every) else train).append(piece)
     return train, held
+
+
+def split_segments(item: dict, holdout_every: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(training segments, held-out segments) of one packed sequence, as token-id arrays."""
+    train, held = split_pieces(item, holdout_every)
+    return [p.ids for p in train], [p.ids for p in held]
 
 
 class PhaseStream:
@@ -133,25 +169,56 @@ class PhaseStream:
         return item
 
 
-def rows_to_batch(rows: list[list[np.ndarray]]) -> dict[str, torch.Tensor]:
-    """Pad rows (each a list of segments) into input_ids, segment_ids, position_ids, labels (B, T)."""
+def rows_to_batch(rows: list[list[Piece | np.ndarray]]) -> dict:
+    """Pad rows (each a list of segments: Pieces or token-id arrays) into input_ids, segment_ids,
+    position_ids, labels (B, T) tensors; when a segment has image spans, also "images": one dict per
+    span, {"row", "pos" (in the row), "tokens", "sha256", "height", "width"}, and no targets on
+    placeholders (see the module docstring)."""
     T = max(sum(len(s) for s in row) for row in rows)
     B = len(rows)
     input_ids = np.zeros((B, T), dtype=np.int64)
     segment_ids = np.full((B, T), -1, dtype=np.int64)
     position_ids = np.zeros((B, T), dtype=np.int64)
     labels = np.full((B, T), IGNORE, dtype=np.int64)
+    images = []
     for b, row in enumerate(rows):
         start = 0
         for s, seg in enumerate(row):
-            n = len(seg)
-            input_ids[b, start:start + n] = seg
+            piece = seg if isinstance(seg, Piece) else Piece(np.asarray(seg))
+            n = len(piece)
+            input_ids[b, start:start + n] = piece.ids
             segment_ids[b, start:start + n] = s
             position_ids[b, start:start + n] = np.arange(n)
-            labels[b, start:start + n - 1] = seg[1:]
+            labels[b, start:start + n - 1] = piece.ids[1:]
+            for offset, tokens, sha256, height, width in piece.images:
+                pos = start + offset
+                labels[b, max(start, pos - 1):pos + tokens - 1] = IGNORE  # targets that are placeholders
+                images.append({"row": b, "pos": pos, "tokens": tokens, "sha256": sha256, "height": height,
+                               "width": width})
             start += n
-    return {"input_ids": torch.from_numpy(input_ids), "segment_ids": torch.from_numpy(segment_ids),
-            "position_ids": torch.from_numpy(position_ids), "labels": torch.from_numpy(labels)}
+    batch = {"input_ids": torch.from_numpy(input_ids), "segment_ids": torch.from_numpy(segment_ids),
+             "position_ids": torch.from_numpy(position_ids), "labels": torch.from_numpy(labels)}
+    if images:
+        batch["images"] = images
+    return batch
+
+
+def with_pixels(batch: dict, image_store) -> dict:
+    """The batch with each image span's uint8 (height, width, 3) pixels from `image_store` (a
+    packing.images.ImageStore) added as "pixels"."""
+    if "images" not in batch:
+        return batch
+    if image_store is None:
+        raise ValueError("the batch has image spans: their pixels need an image store (packing.images.ImageStore)")
+    return {**batch, "images": [{**image, "pixels": image_store.pixels(image["sha256"], image["height"],
+                                                                        image["width"])}
+                                for image in batch["images"]]}
+
+
+def image_digests(phases: list[PhaseShards]) -> set[str]:
+    """The sha256 of every image span in the phases (training and held-out segments)."""
+    return {span["sha256"] for phase in phases if phase.images
+            for item in open_shards(phase.directory) for span in item["images"]}
 
 
 def make_batch(stream: PhaseStream, n_sequences: int, holdout_every: int) -> tuple[dict, int]:
@@ -162,7 +229,7 @@ def make_batch(stream: PhaseStream, n_sequences: int, holdout_every: int) -> tup
     while len(rows) < n_sequences:
         item = stream.next()
         consumed_tokens += int(item["num_tokens"])
-        train, _ = split_segments(item, holdout_every)
+        train, _ = split_pieces(item, holdout_every)
         if train:
             rows.append(train)
         else:
@@ -173,7 +240,7 @@ def make_batch(stream: PhaseStream, n_sequences: int, holdout_every: int) -> tup
 
 
 def eval_rows(phases: list[PhaseShards], holdout_every: int,
-              max_tokens: int) -> dict[str, list[list[np.ndarray]]]:
+              max_tokens: int) -> dict[str, list[list[Piece]]]:
     """By phase, the held-out segments of `phases` (phases in order, shard order within, whole segments,
     until max_tokens in all), repacked greedily into rows of at most the phase's seq_len tokens."""
     out, total = {}, 0
@@ -183,7 +250,7 @@ def eval_rows(phases: list[PhaseShards], holdout_every: int,
         for item in open_shards(phase.directory):
             if total >= max_tokens:
                 break
-            _, held = split_segments(item, holdout_every)
+            _, held = split_pieces(item, holdout_every)
             for seg in held:
                 if total >= max_tokens:
                     break

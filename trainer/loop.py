@@ -21,6 +21,15 @@ with the losses in full-vocabulary nats (see VocabMap) and bytes from `token_byt
 EOS and pad count 0 bytes, but predicting EOS stays in the loss (it is part of modelling the text's
 end). A document's first token (BOS) is never a target, so its bytes (0) and loss do not enter.
 
+Images: when a phase's manifest counts image spans ("images") and `vision` is "auto", the model gets a
+trainer.vision.VisionTower (ViT patch 14 + 2x2 merge + MLP projector; vit_* settings) and every batch
+its images' pixels from the run's image store (packing.images.ImageStore: `images`, else the run two
+levels above the phase folder); every image of the shards must be in the store (checked before the
+first step: FileNotFoundError naming the missing ones). Visual tokens are never targets, so the loss
+and the held-out loss and BPB are over text tokens; the step line and the summary count the images
+the training batches consumed. `vision` "off" trains text-only on such shards: the placeholders stay
+ordinary input tokens and are still never targets.
+
 Checkpoints (`checkpoint_dir`): step-XXXXXXXX.pt every `checkpoint_every` steps and at the end,
 the last `keep_checkpoints` kept; each holds model, optimizer tiers, the data cursor of every
 phase, step, tokens, history and the run config. `resume` (True: the newest checkpoint in
@@ -40,20 +49,22 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, make_batch,
-                          resolve_tokenizer, rows_to_batch, token_byte_lengths, training_counts, unigram_log_probs)
+from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, image_digests, make_batch,
+                          resolve_tokenizer, rows_to_batch, token_byte_lengths, training_counts, unigram_log_probs,
+                          with_pixels)
 from trainer.model import ModelConfig, Transformer
 from trainer.optim import AdamWTier, TieredOptimizer, build_optimizer
 from trainer.schedule import TokenSchedule, plan_tokens
+from trainer.vision import VisionConfig
 
 __all__ = ["TrainConfig", "train", "batch_losses", "evaluate", "build_model_optimizer"]
 
 CHECKPOINT_FORMAT = "curate-trainer/1"
 # On resume these come from the command, everything else from the checkpoint's config.
 RUNTIME_KEYS = {"log_every", "eval_every", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
-                "eval_tokens", "resume", "tokenizer", "attention", "threads"}
+                "eval_tokens", "resume", "tokenizer", "attention", "threads", "images"}
 
 
 class TrainConfig(BaseModel):
@@ -88,6 +99,21 @@ class TrainConfig(BaseModel):
     warmup_steps: int = Field(2000, ge=0, description="scaled: min(this, max(1, ceil(1% of steps)))")
     tokenizer: str | None = Field(None, description="tokenizer.json for the bytes table; null: the manifest's")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null: torch's default")
+    vision: Literal["auto", "off"] = Field("auto", description="auto: a vision tower when the shards have image "
+                                                               "spans; off: train text-only on them")
+    images: str | None = Field(None, description="image store: a run folder, OUT/images or a folder of "
+                                                 "part-*.parquet; null: the run holding the shards")
+    vit_d_model: int = Field(128, gt=0, description="ViT width (a multiple of 4 and of vit_heads)")
+    vit_layers: int = Field(2, gt=0)
+    vit_heads: int = Field(4, gt=0)
+
+    @field_validator("vit_heads")
+    @classmethod
+    def _vit_heads_split_the_width(cls, heads: int, info: ValidationInfo) -> int:
+        width = info.data.get("vit_d_model")  # absent when it failed its own check
+        if width is not None and (width % heads or width % 4):
+            raise ValueError(f"vit_d_model={width} must be a multiple of 4 and of vit_heads={heads}")
+        return heads
 
     @classmethod
     def from_any(cls, config: "TrainConfig | dict | None") -> "TrainConfig":
@@ -114,14 +140,18 @@ def build_model_optimizer(model_config: ModelConfig, optimizer: str, lr: float,
 def batch_losses(model: Transformer, batch: dict, vocab: VocabMap, device: torch.device,
                  attention: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """(per-target cross entropy in full-vocabulary nats, target tokenizer ids), over the batch's
-    labelled positions in row-major order."""
+    labelled positions in row-major order. A model with a vision tower takes the batch's images (their
+    "pixels": with_pixels); one without reads the placeholders as tokens."""
     input_ids = vocab.encode(batch["input_ids"]).to(device)
     segment_ids = batch["segment_ids"].to(device)
     position_ids = batch["position_ids"].to(device)
     labels = batch["labels"].to(device)
     valid = labels != IGNORE
+    images = batch.get("images") if model.vision is not None else None
+    if images and any("pixels" not in image for image in images):
+        raise ValueError("the batch's images have no pixels (trainer.data.with_pixels)")
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        hidden = model.hidden(input_ids, segment_ids, position_ids, attention)
+        hidden = model.hidden(input_ids, segment_ids, position_ids, attention, images)
         logits = model.lm_head(hidden[valid])
     targets = labels[valid]
     classes = vocab.encode(targets)
@@ -134,15 +164,21 @@ def batch_losses(model: Transformer, batch: dict, vocab: VocabMap, device: torch
 @torch.no_grad()
 def evaluate(model: Transformer, rows: list, vocab: VocabMap, byte_lengths: torch.Tensor | None,
              device: torch.device, attention: str = "auto", rows_per_batch: int = 1,
-             unigram: torch.Tensor | None = None) -> dict:
+             unigram: torch.Tensor | None = None, image_store=None) -> dict:
     """Held-out loss (nats per target token) and bits per byte over `rows` (lists of segments), with
     the baselines on the same targets (_with_rates): uniform over the tokenizer's vocabulary, the
-    training unigram (`unigram`: log p per id), and the loss on the targets a compact vocabulary keeps."""
+    training unigram (`unigram`: log p per id), and the loss on the targets a compact vocabulary keeps.
+    Images of the rows get their pixels from `image_store` when the model has a vision tower; "images"
+    counts those it saw."""
     was_training = model.training
     model.eval()
-    sums = dict.fromkeys(("nats", "targets", "bytes", "unk_targets", "unigram_nats", "in_vocab_nats"), 0.0)
+    sums = dict.fromkeys(("nats", "targets", "bytes", "unk_targets", "unigram_nats", "in_vocab_nats", "images"), 0.0)
     for i in range(0, len(rows), rows_per_batch):
-        ce, targets = batch_losses(model, rows_to_batch(rows[i:i + rows_per_batch]), vocab, device, attention)
+        batch = rows_to_batch(rows[i:i + rows_per_batch])
+        if model.vision is not None and "images" in batch:
+            batch = with_pixels(batch, image_store)
+            sums["images"] += len(batch["images"])
+        ce, targets = batch_losses(model, batch, vocab, device, attention)
         unk = vocab.encode(targets) == vocab.unk if vocab.unk >= 0 else torch.zeros_like(targets, dtype=torch.bool)
         sums["nats"] += float(ce.double().sum())
         sums["in_vocab_nats"] += float(ce.double()[~unk].sum())
@@ -153,7 +189,7 @@ def evaluate(model: Transformer, rows: list, vocab: VocabMap, byte_lengths: torc
         if byte_lengths is not None:
             sums["bytes"] += int(byte_lengths.to(targets.device)[targets].sum())
     model.train(was_training)
-    result = {**{k: int(v) if k in ("targets", "bytes", "unk_targets") else v for k, v in sums.items()},
+    result = {**{k: int(v) if k in ("targets", "bytes", "unk_targets", "images") else v for k, v in sums.items()},
               "tokens": sum(len(s) for row in rows for s in row), "segments": sum(len(row) for row in rows),
               "vocab_size": vocab.vocab_size, "has_unigram": unigram is not None}
     if byte_lengths is None:
@@ -177,7 +213,7 @@ def _with_rates(r: dict) -> dict:
 def combine_evals(parts: dict[str, dict]) -> dict:
     """The evaluation of the union of the parts' rows (sums of nats, targets, tokens, bytes), plus
     each part under "by_phase"."""
-    keys = ("nats", "targets", "tokens", "segments", "unk_targets", "unigram_nats", "in_vocab_nats")
+    keys = ("nats", "targets", "tokens", "segments", "unk_targets", "unigram_nats", "in_vocab_nats", "images")
     total = {k: sum(p[k] for p in parts.values()) for k in keys}
     has_bytes = all(p["bytes"] is not None for p in parts.values())
     total["bytes"] = sum(p["bytes"] for p in parts.values()) if has_bytes else None
@@ -211,13 +247,44 @@ def _tier_lrs(opt: TieredOptimizer) -> dict[str, float]:
 
 
 def _routing_counts(opt: TieredOptimizer, model: Transformer) -> dict[str, dict]:
+    """Tensors and parameters per route; with a vision tower, also how many of them are the tower's."""
     params = dict(model.named_parameters())
     out: dict[str, dict] = {}
     for name, route in opt.routing.items():
-        entry = out.setdefault(route, {"tensors": 0, "params": 0})
+        entry = out.setdefault(route, {"tensors": 0, "params": 0, **({"vision_tensors": 0, "vision_params": 0}
+                                                                   if model.vision is not None else {})})
         entry["tensors"] += 1
         entry["params"] += params[name].numel()
+        if name.startswith("vision."):
+            entry["vision_tensors"] += 1
+            entry["vision_params"] += params[name].numel()
     return out
+
+
+def _image_store(phases: list, cfg: TrainConfig, say: Callable[[str], None]):
+    """The ImageStore of phases with image spans (None when there are none or vision is off), checked to
+    hold every image they name; FileNotFoundError, worded for the command line, otherwise."""
+    spans = {p.name: p.images for p in phases if p.images}
+    if not spans:
+        return None
+    described = ", ".join(f"{name} {n:,}" for name, n in spans.items())
+    if cfg.vision == "off":
+        say(f"vision off: image spans ({described}) are read as placeholder tokens")
+        return None
+    from packing.images import ImageStore
+
+    source = cfg.images or next(p.directory for p in phases if p.images)
+    try:
+        store = ImageStore(source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"the shards have image spans ({described}) but {err}; pass --images DIR, or "
+                                f"--vision off to train text-only") from None
+    missing = store.missing(image_digests(phases))
+    if missing:
+        raise FileNotFoundError(f"{len(missing):,} images of the shards are not in the image store "
+                                f"{', '.join(store.folders)} (first: {missing[0]})")
+    say(f"images: {described} spans; store {', '.join(store.folders)} ({len(store):,} images)")
+    return store
 
 
 def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig | dict | None = None,
@@ -225,6 +292,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     """Train for `steps` steps on the shards under `shards_dir`; return the summary and history.
 
     Returned keys: steps, tokens (consumed, held-out segments included), trained_tokens (model input),
+    images (image spans the training batches fed the vision tower; 0 without one),
     tokens_per_s, train_seconds, initial_loss, final_loss (mean over the last log_every steps),
     losses (every step's mean training loss), heldout (final evaluation: loss, bpb, tokens, bytes,
     ...), evals, history (logged steps), schedule, model, vocab, optimizer, routing, device,
@@ -257,10 +325,16 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     used = [pretrain] + ([long] if long else [])
     tok_info = pretrain.tokenizer
     full_vocab = int(tok_info["vocab_size"])
+    store = _image_store(used, cfg, say)  # before any work: a missing store is the user's to fix
+    # the placeholder matters only where a phase has image spans (a text-only manifest may still name it)
+    image_id = next((p.image_token_id for p in used if p.images and p.image_token_id is not None), None)
 
     # ---- vocabulary, baselines and bytes table
     counts = training_counts(used, cfg.holdout_every, full_vocab)
-    unigram = torch.from_numpy(unigram_log_probs(counts))
+    text_counts = counts.copy()
+    if image_id is not None:
+        text_counts[image_id] = 0  # the baseline is over text targets, as the loss (placeholders never are)
+    unigram = torch.from_numpy(unigram_log_probs(text_counts))
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     if checkpoint is not None:
@@ -268,7 +342,8 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     else:
         mode = cfg.vocab if cfg.vocab != "auto" else ("compact" if dev.type == "cpu" else "full")
         if mode == "compact":
-            vocab = VocabMap.compact(counts, cfg.vocab_min_count, always=(tok_info.get("bos_id"), tok_info.get("eos_id")))
+            vocab = VocabMap.compact(counts, cfg.vocab_min_count,
+                                     always=(tok_info.get("bos_id"), tok_info.get("eos_id"), image_id))
         elif mode == "full":
             vocab = VocabMap(full_vocab)
         else:
@@ -277,7 +352,8 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     byte_lengths, bytes_method = None, tokenizer_note
     if tokenizer_path is not None:
         table, bytes_method = token_byte_lengths(
-            tokenizer_path, full_vocab, (tok_info.get("bos_id"), tok_info.get("eos_id"), tok_info.get("pad_id")))
+            tokenizer_path, full_vocab,
+            (tok_info.get("bos_id"), tok_info.get("eos_id"), tok_info.get("pad_id"), image_id))
         byte_lengths = torch.from_numpy(table)
         if tokenizer_note != "ok":
             bytes_method += f"; {tokenizer_note}"
@@ -285,8 +361,10 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         say(f"no bytes table: {tokenizer_note}; held-out BPB will be null")
 
     # ---- model, optimizer, schedule
+    vision = (VisionConfig(d_vit=cfg.vit_d_model, n_layers=cfg.vit_layers, n_heads=cfg.vit_heads)
+              if store is not None else None)
     model_config = ModelConfig(vocab_size=vocab.size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                               n_heads=cfg.n_heads, d_ff=cfg.d_ff)
+                               n_heads=cfg.n_heads, d_ff=cfg.d_ff, vision=vision)
     model, opt = build_model_optimizer(model_config, cfg.optimizer, cfg.lr, dev)
     long_batch = max(1, round(cfg.batch * pretrain.seq_len / long.seq_len)) if long else 0
     total_tokens = cfg.total_tokens or plan_tokens(
@@ -294,7 +372,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     schedule = TokenSchedule(total_tokens, peak_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=steps)
 
     state = {"step": 0, "tokens": 0, "trained_tokens": 0, "cursors": {}, "losses": [], "history": [],
-             "evals": [], "phase_switch_step": None, "train_seconds": 0.0}
+             "evals": [], "phase_switch_step": None, "train_seconds": 0.0, "images": 0}
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         opt.load_state_dict(checkpoint["optimizer"])
@@ -309,6 +387,12 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         f"..{schedule.marks['decay_end']:,.0f}" + (f", long from {schedule.marks['long_switch']:,.0f}" if long else "")
         + "; held-out eval " + ", ".join(f"{name} {sum(len(s) for r in part for s in r):,}"
                                          for name, part in rows.items()) + " tokens")
+    if vision is not None:
+        say(f"vision tower {model.vision.num_parameters():,} params (ViT patch {vision.patch}, d {vision.d_vit}, "
+            f"{vision.n_layers} layers, {vision.n_heads} heads; {vision.merge}x{vision.merge} merge; MLP projector "
+            f"to d_model {model_config.d_model}); routing " + ", ".join(
+                f"{route} {e['tensors']} tensors {e['params']:,} params (vision {e['vision_tensors']}, "
+                f"{e['vision_params']:,})" for route, e in _routing_counts(opt, model).items()))
 
     def save_checkpoint() -> str | None:
         if not cfg.checkpoint_dir:
@@ -328,7 +412,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
 
     def run_eval() -> dict:
         result = combine_evals({name: evaluate(model, part, vocab, byte_lengths, dev, cfg.attention,
-                                               unigram=unigram) for name, part in rows.items()})
+                                               unigram=unigram, image_store=store) for name, part in rows.items()})
         result["step"] = state["step"]
         state["evals"].append(result)
 
@@ -341,7 +425,8 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
             if r["unk_targets"] and r["in_vocab_loss"] is not None:
                 share = 1 - r["unk_targets"] / r["targets"]
                 text += f", {share:.0%} of targets in the compact vocabulary: loss {r['in_vocab_loss']:.4f}"
-            return text + f" ({r['tokens']:,} tokens, {r['bytes'] or 0:,} bytes)"
+            return text + f" ({r['tokens']:,} tokens, {r['bytes'] or 0:,} bytes" + (
+                f", {r['images']:,} images)" if r["images"] else ")")
 
         by_phase = "".join(f"; {name}: {fmt(r)}" for name, r in result["by_phase"].items()) if len(rows) > 1 else ""
         say(f"eval step {state['step']}: held-out {fmt(result)}{by_phase}")
@@ -359,6 +444,9 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
             say(f"step {step}: switching to phase {long.name} (seq_len {long.seq_len}) at {state['tokens']:,} tokens")
         start = time.perf_counter()
         batch, consumed = make_batch(streams[phase.name], long_batch if use_long else cfg.batch, cfg.holdout_every)
+        if store is not None:
+            batch = with_pixels(batch, store)
+            state["images"] += len(batch.get("images", ()))
         lr = schedule(step, state["tokens"])
         opt.set_lr(lr)
         opt.zero_grad()
@@ -385,11 +473,13 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         if state["step"] % max(1, cfg.log_every) == 0 or done or state["step"] == 1:
             lrs = _tier_lrs(opt)
             entry = {"step": state["step"], "phase": phase.name, "tokens": state["tokens"], "loss": loss_value,
-                     "lr": lrs, "tokens_per_s": window_tokens / window_seconds if window_seconds else None}
+                     "images": state["images"], "lr": lrs,
+                     "tokens_per_s": window_tokens / window_seconds if window_seconds else None}
             state["history"].append(entry)
             say(f"step {state['step']:>6}/{steps}  {phase.name:<8}  tokens {state['tokens']:>12,}  "
                 f"loss {loss_value:8.4f}  lr " + " ".join(f"{t}={v:.3e}" for t, v in lrs.items())
-                + f"  tok/s {entry['tokens_per_s']:,.0f}")
+                + f"  tok/s {entry['tokens_per_s']:,.0f}"
+                + (f"  images {state['images']:,}" if store is not None else ""))
             window_tokens, window_seconds = 0, 0.0
         if cfg.eval_every and state["step"] % cfg.eval_every == 0 and not done:
             run_eval()
@@ -417,6 +507,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
         "schedule": {"total_tokens": total_tokens, "peak_lr": cfg.lr, "warmup_steps": schedule.warmup_steps,
                      **schedule.marks},
         "phase_switch_step": state["phase_switch_step"],
+        "images": state["images"],
         "model": {"params": model.num_parameters(), **model_config.to_dict()},
         "vocab": {"mode": vocab.mode, "size": vocab.size, "tokenizer_vocab": vocab.vocab_size,
                   "bytes": bytes_method},

@@ -15,9 +15,15 @@
   sides. Clamped entries pass no gradient.
 * Untied lm_head; embeddings and head are initialised N(0, 0.02), other matrices N(0, 0.02) with
   o_proj and down_proj scaled by 1/sqrt(2·n_layers); norm scales 1.
+* Images (`config.vision`, None for text-only shards): a trainer.vision.VisionTower (`vision`: ViT,
+  2x2 merge, MLP projector) turns each image into its block of (H/28)·(W/28) embeddings, which replace
+  the token embeddings of the block's placeholder ids (`embed`): a scatter at the span's row and
+  positions, so a block may start anywhere in a row. The decoder then treats the block like any
+  tokens of its segment (causal attention, per-segment positions).
 
 Parameter names match trainer.optim's routing patterns: embed_tokens / lm_head → Sinkhorn,
-q_proj / k_proj → head-wise Muon, the other projections → Muon, norm weights → AdamW.
+q_proj / k_proj → head-wise Muon, the other projections → Muon, norm weights → AdamW; the vision
+tower's matrices → Muon (q_proj / k_proj head-wise), its norms and biases → AdamW (trainer/vision.py).
 
 Attention backends (`attention=`): "dense" builds the (B, 1, T, T) boolean mask and calls
 F.scaled_dot_product_attention once; "segments" calls it once per segment with is_causal=True
@@ -29,11 +35,15 @@ same function (tests compare them).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from trainer.vision import VisionConfig, VisionTower
 
 __all__ = ["ModelConfig", "Transformer", "segment_ids_from_cu_seqlens", "positions_from_segments",
            "block_causal_mask"]
@@ -50,8 +60,11 @@ class ModelConfig:
     swiglu_limit: float = 10.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    vision: VisionConfig | None = None  # a vision tower for image spans; None: text only
 
     def __post_init__(self) -> None:
+        if isinstance(self.vision, dict):  # from to_dict()
+            self.vision = VisionConfig(**self.vision)
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(f"d_model={self.d_model} must split into n_heads={self.n_heads} heads of even size")
         if self.d_ff is None:
@@ -196,28 +209,68 @@ class Transformer(nn.Module):
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads, config.rope_theta)
+        self.vision = VisionTower(config.vision, config.d_model) if config.vision is not None else None
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         std = self.config.init_std
         for name, p in self.named_parameters():
+            if name.startswith("vision."):
+                continue  # the tower has its own rule (biases 0)
             if p.ndim == 1:
                 p.fill_(1.0)
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.normal_(0.0, std / math.sqrt(2 * self.config.n_layers))
             else:
                 p.normal_(0.0, std)
+        if self.vision is not None:
+            self.vision.reset_parameters()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def embed(self, input_ids: Tensor, images: list[dict] | None = None) -> Tensor:
+        """Input embeddings (B, T, d_model): the token embeddings, with each image's block replaced by
+        the vision tower's output for it.
+
+        `images`: one dict per image span, {"row", "pos", "pixels"} (+ "tokens", checked): row of the
+        batch, position of the first visual token, uint8 (H, W, 3) pixels (numpy or tensor). Images of
+        one size go through the tower as one batch."""
+        x = self.embed_tokens(input_ids)
+        if not images:
+            return x
+        if self.vision is None:
+            raise ValueError("images given to a model without a vision tower (ModelConfig.vision is None)")
+        by_size = defaultdict(list)
+        for k, image in enumerate(images):
+            by_size[tuple(image["pixels"].shape)].append(k)
+        rows, cols, values = [], [], []
+        for members in by_size.values():
+            pixels = [images[k]["pixels"] for k in members]
+            stacked = (torch.from_numpy(np.stack(pixels)) if isinstance(pixels[0], np.ndarray)
+                       else torch.stack(pixels))
+            out = self.vision(stacked.to(x.device))  # (images, tokens, d_model)
+            n = out.size(1)
+            for k in members:
+                row, pos, tokens = images[k]["row"], images[k]["pos"], images[k].get("tokens", n)
+                if tokens != n or not 0 <= pos <= x.size(1) - n:
+                    raise ValueError(f"image span at row {row}, position {pos}, {tokens} tokens: its "
+                                     f"{tuple(images[k]['pixels'].shape[:2])} pixels give {n} tokens in a row "
+                                     f"of {x.size(1)}")
+                rows.append(torch.full((n,), row, dtype=torch.long))
+                cols.append(torch.arange(pos, pos + n))
+            values.append(out.reshape(-1, out.size(-1)))
+        index = (torch.cat(rows).to(x.device), torch.cat(cols).to(x.device))
+        return x.index_put(index, torch.cat(values).to(x.dtype))  # out of place: gradients reach both
+
     def hidden(self, input_ids: Tensor, segment_ids: Tensor | None = None, position_ids: Tensor | None = None,
-               attention: str = "auto") -> Tensor:
+               attention: str = "auto", images: list[dict] | None = None) -> Tensor:
         """Final normed hidden states (B, T, d_model).
 
         input_ids (B, T) or (T,); segment_ids of the same shape (−1 = padding; None: one segment per
-        row); position_ids (None: restart at 0 in each segment, as the shard reader yields them)."""
+        row); position_ids (None: restart at 0 in each segment, as the shard reader yields them);
+        images: the image spans of the batch (see `embed`; row 0 for a 1-D input)."""
         if input_ids.ndim == 1:
             input_ids = input_ids.unsqueeze(0)
             segment_ids = None if segment_ids is None else segment_ids.unsqueeze(0)
@@ -235,14 +288,14 @@ class Transformer(nn.Module):
         mask = block_causal_mask(segment_ids) if backend == "dense" else None
         bounds = segment_bounds(segment_ids) if backend == "segments" else None
         cos, sin = self.rotary(position_ids)
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids, images)
         for layer in self.layers:
             x = layer(x, cos, sin, segment_ids, backend, mask, bounds)
         return self.norm(x)
 
     def forward(self, input_ids: Tensor, segment_ids: Tensor | None = None, position_ids: Tensor | None = None,
-                attention: str = "auto") -> Tensor:
-        return self.lm_head(self.hidden(input_ids, segment_ids, position_ids, attention))
+                attention: str = "auto", images: list[dict] | None = None) -> Tensor:
+        return self.lm_head(self.hidden(input_ids, segment_ids, position_ids, attention, images))
 
     def forward_packed(self, input_ids: Tensor, cu_seqlens: Tensor, position_ids: Tensor | None = None,
                        attention: str = "auto") -> Tensor:
