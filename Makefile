@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2
+.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,17 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/curate run $(ARGS)
 
-test: setup
+# Debian's chromium for the report's browser test (tests/test_pipeline.py), from the distribution's
+# package registry; Playwright drives it (executable_path), so it never downloads a browser of its own.
+CHROMIUM := /usr/bin/chromium
+
+browser:
+	@test -x $(CHROMIUM) || { command -v apt-get >/dev/null && \
+		{ apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || \
+		echo "make browser: could not install chromium (apt-get as root); the report's browser test will fail"
+
+test: setup browser
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # Coverage-guided fuzzing (atheris; tests/fuzz/README.md): every target for FUZZ_SECONDS (default 10

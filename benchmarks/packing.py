@@ -24,6 +24,13 @@ that coarse grid, which leaves 1-28-token gaps no remaining chunk can fill in 20
 and holds plain BFD's padding at ~1.2-1.6e-4 for L = 4K/8K; the reservations bring it under 1e-4.
 Real corpora have every length; --jitter 0.02 approximates that (padding then ~3-8e-6).
 
+Multimodal case (--multimodal-ratio R, default 7; 0 = off): the same text documents plus interleaved
+documents holding 1-6 images of 400-2,304 visual tokens each (sides drawn in [560, 2000] px and resized
+by the vision policy, packing/vision.py) between text runs drawn from the same real lengths, as many as
+make text : multimodal tokens = R : 1. Over-long documents are cut at L tokens, or right before an image
+block that a cut at L would split (packing/chunk.py's rule with no text boundaries, checked against
+chunk_ends on the first documents), so blocks stay whole; the chunks are packed as above ("multimodal").
+
 The lengths file (default ../shared/data/web_text/doc_token_lengths.json, only present on dev
 machines) is either a JSON list of ints or an object holding one (e.g. {"n_tokens_gpt2": [...]}).
 """
@@ -44,6 +51,8 @@ import numpy as np
 sys.path[0] = str(Path(__file__).resolve().parents[1])  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
 from packing.bfd import bfd_csr, pack_lengths, pack_lengths_csr, reference_bfd  # noqa: E402
+from packing.chunk import INSIDE_IMAGE, PARAGRAPH, TOKEN, chunk_ends  # noqa: E402
+from packing.vision import visual_tokens  # noqa: E402
 
 DEFAULT_LENGTHS = Path(__file__).resolve().parents[2] / "shared" / "data" / "web_text" / "doc_token_lengths.json"
 PADDING_TARGET = 1e-4
@@ -165,13 +174,71 @@ def run_groups(chunks: np.ndarray, L: int, G: int, seed: int) -> dict:
     }
 
 
-def bench_one(docs: np.ndarray, L: int, args) -> dict:
+def multimodal_docs(base: np.ndarray, text_tokens: int, ratio: float, rng) -> list[tuple[int, list]]:
+    """(length, [(block start, block tokens), ...]) of interleaved documents worth text_tokens / ratio
+    tokens: text runs resampled from `base`, images of 400-2,304 visual tokens between them."""
+    docs, total = [], 0
+    while total < text_tokens / ratio:
+        n_images = int(rng.integers(1, 7))
+        runs = rng.choice(base, size=n_images + 1) // (n_images + 1) + 1
+        at, blocks = int(runs[0]), []
+        for k in range(n_images):
+            w, h = (int(v) for v in rng.integers(560, 2001, size=2))
+            tokens = visual_tokens(w, h)
+            blocks.append((at, tokens))
+            at += tokens + int(runs[k + 1])
+        docs.append((at, blocks))
+        total += at
+    return docs
+
+
+def cut_blocks(length: int, blocks: list, L: int) -> list[int]:
+    """Chunk ends of a document with atomic image blocks, as chunk_ends places them with no text
+    boundaries: the latest block edge in the window (start + L - W, start + L], else start + L, or
+    right before the block a cut there would split."""
+    ends, start, w = [], 0, min(4096, L // 8)
+    spans = [(a, a + n) for a, n in blocks]
+    edges = sorted({e for span in spans for e in span})
+    while length - start > L:
+        cut = start + L
+        in_window = [e for e in edges if cut - w < e <= cut]
+        if in_window:
+            cut = in_window[-1]
+        else:
+            inside = next((a for a, b in spans if a < cut < b), None)
+            if inside is not None:
+                if inside <= start:
+                    raise ValueError(f"an image block longer than L={L}")
+                cut = inside
+        ends.append(cut)
+        start = cut
+    ends.append(length)
+    return ends
+
+
+def reference_cuts(length: int, blocks: list, L: int) -> list[int]:
+    edges = {e for a, n in blocks for e in (a, a + n)}
+
+    def boundary(p):
+        return PARAGRAPH if p in edges else INSIDE_IMAGE if any(a < p < a + n for a, n in blocks) else TOKEN
+    return chunk_ends(length, L, 4096, boundary)
+
+
+def bench_one(docs: np.ndarray, L: int, args, mm_docs: list | None = None) -> dict:
     chunks = split_docs(docs, L)
+    if mm_docs is not None:
+        mm_chunks = []
+        for k, (length, blocks) in enumerate(mm_docs):
+            ends = cut_blocks(length, blocks, L)
+            if k < 300 and ends != reference_cuts(length, blocks, L):
+                raise AssertionError(f"image-aware cuts differ from chunk_ends on document {k}")
+            mm_chunks += [b - a for a, b in zip([0] + ends, ends)]
+        chunks = np.concatenate([chunks, np.asarray(mm_chunks, dtype=np.int64)])
     n = chunks.size
     total = int(chunks.sum())
     lb = -(-total // L)
     res: dict = {
-        "N_docs": int(docs.size),
+        "N_docs": int(docs.size) + (len(mm_docs) if mm_docs is not None else 0),
         "L": L,
         "chunks": int(n),
         "tokens": total,
@@ -209,7 +276,7 @@ def bench_one(docs: np.ndarray, L: int, args) -> dict:
     }
     log(f"  plain BFD: {t_bfd:.3f}s, {fb['sequences']:,} seqs, padding {fb['padding_rate']:.3g}")
 
-    if docs.size <= args.reference_max:
+    if res["N_docs"] <= args.reference_max:
         ref, t_ref = timed(lambda: reference_bfd(chunks, L), args.repeat)
         ri, ro = lists_to_csr(ref)
         rf = check_csr(chunks, ri, ro, L)
@@ -254,7 +321,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, nargs="+", default=[1_000_000], help="numbers of documents to resample (default: 1000000)")
     ap.add_argument("--seq-len", type=int, nargs="+", default=[4096, 8192, 65536])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--reference-max", type=int, default=1_000_000, help="run reference_bfd only where N_docs <= this (default 1M)")
+    ap.add_argument("--reference-max", type=int, default=2_000_000, help="run reference_bfd only where N_docs <= this (default 2M)")
     ap.add_argument("--groups", type=int, nargs="*", default=[], help="also pack in hash-assigned groups of ~G chunks")
     ap.add_argument(
         "--jitter",
@@ -263,6 +330,8 @@ def main(argv=None) -> int:
         help="smoothed bootstrap: multiply each resampled length by exp(F * N(0,1)) and round (default 0: plain resample)",
     )
     ap.add_argument("--repeat", type=int, default=1, help="time each packer this many times, report the minimum (default 1)")
+    ap.add_argument("--multimodal-ratio", type=float, default=7.0,
+                    help="text : multimodal tokens of the multimodal case (default 7, the report's; 0 = skip it)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     args = ap.parse_args(argv)
 
@@ -300,8 +369,18 @@ def main(argv=None) -> int:
             docs = np.maximum(1, np.rint(docs * np.exp(args.jitter * rng.standard_normal(N)))).astype(np.int64)
         for L in args.seq_len:
             out["results"].append(bench_one(docs, L, args))
+        if args.multimodal_ratio > 0:
+            mm = multimodal_docs(base, int(docs.sum()), args.multimodal_ratio, rng)
+            images = [n for _, blocks in mm for _, n in blocks]
+            for L in args.seq_len:
+                r = bench_one(docs, L, args, mm)
+                r["multimodal"] = {"documents": len(mm), "tokens": int(sum(n for n, _ in mm)), "images": len(images),
+                                   "visual_tokens": {"min": min(images), "max": max(images),
+                                                     "mean": float(np.mean(images))},
+                                   "text_to_multimodal": int(docs.sum()) / sum(n for n, _ in mm)}
+                out.setdefault("results_multimodal", []).append(r)
 
-    rs = out["results"]
+    rs = out["results"] + out.get("results_multimodal", [])
     with_ref = [r for r in rs if "speedup" in r]
     out["targets"] = {
         "padding_le_1e-4_all": all(r["fast"]["padding_rate"] <= PADDING_TARGET for r in rs),

@@ -99,8 +99,9 @@ class PackConfig(BaseModel):
                                                               "once, no overlap (packing/phases.py)")
     min_sequences: int = Field(1, ge=0, description="a phase that cannot fill this many sequences is skipped "
                                                     "(insufficient_tokens)")
-    padding_target: float = Field(1e-4, gt=0, lt=1, description="the report's padding bound; a manifest above it "
-                                                                "says padding_above_target")
+    padding_target: float = Field(1e-4, gt=0, lt=1, description="the report's padding bound; above it: "
+                                                                "insufficient_tokens (too few tokens) or "
+                                                                "padding_above_target")
     shard_tokens: int = Field(1 << 27, gt=0, description="target tokens per shard file (assembled in one "
                                                          "worker's memory)")
     seed: int = Field(0, description="seed of the sequence shuffle across and within shards")

@@ -130,10 +130,14 @@ def manifest(phase: str, seq_len: int, chunk_tokens: int, tokenizer: dict, shard
                   f"needed (min_sequences x seq_len); its share went to the phases that can be filled, if any")
     elif status == "ok" and not sequences:
         status, detail = "empty", "no documents allocated to this phase"
+    elif status == "ok" and rate > padding_target and tokens < min_group_tokens:
+        status = "insufficient_tokens"
+        detail = (f"{tokens} tokens, fewer than the {min_group_tokens} a packing group needs to reach padding "
+                  f"{padding_target:g}; packed anyway (padding {rate:.3g})")
     elif status == "ok" and rate > padding_target:
         status = "padding_above_target"
-        detail = (f"{groups_above_target} of {groups} packing groups above the target; a group needs about "
-                  f"{min_group_tokens} tokens to reach it, this phase has {tokens}")
+        detail = (f"{groups_above_target} of {groups} packing groups above the target with {tokens} tokens "
+                  f"({min_group_tokens} per group)")
     return {"format": FORMAT, "phase": phase, "status": status, "status_detail": detail, "seq_len": seq_len,
             "chunk_tokens": chunk_tokens,
             "tokenizer": {k: tokenizer.get(k) for k in ("name", "sha256", "vocab_size", "bos_id", "eos_id", "pad_id",

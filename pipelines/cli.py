@@ -70,6 +70,25 @@ def _stats(args, _):
     print(format_table(load_summary(args.dir)))
 
 
+def _report(args, _):
+    from pipelines.config import UserError, load_config
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.report import run_config, write_report
+
+    cfg = run_config(args.dir)
+    if cfg is None:  # a run made before runs saved their config: thresholds as configured by default
+        cfg = load_config(None, output=args.dir)
+    try:
+        html_path, md_path = write_report(args.dir, cfg, args.max_rows)
+    except FileNotFoundError as err:
+        raise UserError(f"{err}; pass a run's output folder (its --output)") from None
+    if args.markdown:
+        with FileSystems.open(md_path) as fh:
+            print(fh.read().decode("utf-8"), end="")
+    print(f"report: {html_path} and {md_path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:  # the pretraining stage has its own options (trainer/cli.py)
@@ -103,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("stats", help="print the per-stage table of a finished run")
     s.add_argument("dir", help="a run's output folder (its --output)")
     s.set_defaults(func=_stats)
+    rp = sub.add_parser("report", help="write a finished run's report: OUT/report.html (self-contained) and "
+                                       "OUT/report.md")
+    rp.add_argument("dir", help="a run's output folder (its --output)")
+    rp.add_argument("--max-rows", type=int, default=100_000, help="rows read per output folder for the histograms")
+    rp.add_argument("--markdown", action="store_true", help="also print the markdown summary")
+    rp.set_defaults(func=_report)
     sc = sub.add_parser("score", help="add every text score to each {\"text\": ...} line of a JSONL file")
     sc.add_argument("--input", required=True, help="JSONL file, one {\"text\": ...} object per line")
     sc.add_argument("--output", required=True, help="JSONL file written: each line with its scores and verdict")

@@ -50,6 +50,8 @@ class RunSettings(BaseModel):
     workers: int = Field(2, ge=1, description="local worker processes (> 1: direct_running_mode=multi_processing)")
     beam_args: list[str] = Field([], description='extra Beam pipeline options, e.g. ["--direct_num_workers=4"]')
     write_dropped: StrictBool = Field(True, description="every dropped document under OUT/dropped/<stage>/")
+    report: StrictBool = Field(True, description="write OUT/report.html and OUT/report.md when the run ends "
+                                                 "(pipelines/report.py; also `curate report OUT`)")
     stages: list[str] | None = Field(None, description="the stages to run, in the registry's order; null = all")
 
     @field_validator("input", mode="before")

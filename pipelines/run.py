@@ -15,6 +15,7 @@ OUT/stats/audit.json    the loss audit of the rows read, through to the final do
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -385,7 +386,17 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
     if audited and cfg["write_dropped"]:
         summary["audit"] = audit_report(root)
+    # the config the run was made with, for `curate report` (a Python callable, e.g. a survivor rule, as its repr)
+    with FileSystems.create(io.join(root, "stats", "config.json")) as fh:
+        fh.write(json.dumps({k: v for k, v in cfg.items() if k != "progress_dir"}, indent=2, sort_keys=True,
+                            default=repr).encode("utf-8"))
+    if cfg["report"]:
+        from pipelines.report import write_report
+
+        summary["report"] = write_report(root, cfg)[0]
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))
+        if cfg["report"]:
+            print(f"\nreport: {summary['report']} (and report.md beside it)")
     return summary

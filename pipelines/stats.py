@@ -51,6 +51,13 @@ def _phase_lines(summary: dict) -> list[str]:
         return []
     out = [f"\npack: {extra.get('tokenize/docs', 0)} docs, {extra.get('tokenize/tokens', 0)} tokens in; "
            f"shared between phases: {extra.get('phase/shared_docs', 0)} docs"]
+    text = extra.get("mix/text/tokens", 0)
+    multimodal = extra.get("mix/pair/tokens", 0) + extra.get("mix/interleaved/tokens", 0)
+    status = next((k.split(":", 1)[1] for k in extra if k.startswith("mix/status:")), "?")
+    ratio = f"{text / multimodal:.4f} : 1" if multimodal else "no multimodal tokens"
+    out.append(f"  mix: text {text} : multimodal {multimodal} tokens = {ratio} ({status}); "
+               f"{extra.get('mix/replaced_by_multimodal', 0)} text docs replaced by their multimodal twin; "
+               f"see shards/manifest.json")
     for ph in phases:
         status = next((k.split(":", 1)[1] for k in extra if k.startswith(f"pack/{ph}/status:")), "?")
         out.append(f"  {ph:<10} tokens={extra.get(f'pack/{ph}/tokens', 0):>12}  "

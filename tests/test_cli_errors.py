@@ -25,6 +25,8 @@ def curate(*args, cwd=ROOT):
 
 @pytest.mark.parametrize("args, message", [
     (["stats", "/nonexistent/run"], "curate: no finished run under /nonexistent/run (no stats/summary.json)"),
+    (["report", "/nonexistent/run"], "curate: no run in /nonexistent/run: stats/summary.json is missing; pass a run's "
+                                     "output folder"),
     (["score", "--input", "/nonexistent.jsonl", "--output", "/tmp/x.jsonl"], "curate: --input /nonexistent.jsonl: "
                                                                             "no such file"),
     (["run", "--config", TINY, "--workers", "0"], "workers: Input should be greater than or equal to 1 (got 0)"),
@@ -73,6 +75,7 @@ def test_summary_records_the_runner_that_ran(tmp_path):
 
 def test_help_names_every_command_and_the_beam_options():
     top = curate("--help").stdout
-    assert all(cmd in top for cmd in ("run", "stages", "stats", "score", "train-filter", "fit-lm-head", "train"))
+    assert all(cmd in top for cmd in ("run", "stages", "stats", "report", "score", "train-filter", "fit-lm-head",
+                                      "train"))
     assert "Everything after `--` goes to Beam" in curate("run", "--help").stdout
     assert "main(argv)" not in curate("train", "--help").stdout

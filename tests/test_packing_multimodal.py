@@ -153,3 +153,25 @@ def test_a_short_multimodal_set_is_repeated_and_a_cap_is_reported(tmp_path):
     survivors = {k.split("=", 1)[1] for k in counters if k.startswith("drop/replaced_by_multimodal/")}
     assert too_long and not too_long & survivors and len(too_long) + len(survivors) == 5  # 5 had a text twin
     assert counters["mix/interleaved/copies"] == 2 * (6 - len(too_long)) and counters["mix/pair/copies"] == 2 * 3
+
+
+def test_a_multimodal_twin_takes_the_larger_epoch_count_rehydration_included(tmp_path):
+    """No balancing; text 2 epochs, interleaved 1, and a cluster of 2 triples its survivor's epochs
+    (rehydration): the same-capture twins go in twice, the twin of the clustered text document three
+    times, the interleaved document without a twin once, every other text document twice."""
+    cfg = pack_config({"phases": {"pretrain": {"seq_len": 2048}}, "shard_tokens": 1 << 16,
+                       "mix": {"epochs": {"text": 2.0, "interleaved": 1.0}, "rehydrate": {2: 1.5},
+                               "text_to_multimodal": None}})
+    counters = build(tmp_path, 1, cfg)
+    text, inter, pairs, _ = corpus()
+    copies = defaultdict(set)
+    for item in open_shards(str(tmp_path / "shards" / "pretrain")):
+        for doc, epoch in zip(item["doc_ids"], item["epoch"]):
+            copies[doc].add(epoch)
+    assert {d["id"]: len(copies[d["id"]]) for d in inter} == {
+        **{d["id"]: 2 for d in inter[:4]}, inter[4]["id"]: 3, inter[5]["id"]: 1}
+    assert all(len(copies[d["id"]]) == 2 for d in text[4:] if d is not text[10]) and text[10]["id"] not in copies
+    assert all(len(copies[p["id"]]) == 1 for p in pairs)
+    run = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert run["status"] == "off" and run["epoch_multipliers"] == {"text": 1.0, "multimodal": 1.0}
+    assert counters["mix/status:off"] == 1

@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -152,8 +153,9 @@ def test_a_run_is_one_pipeline_that_reads_each_file_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(beam.Pipeline, "run", counted_run)
     monkeypatch.setattr(stage_module.ReadWarcFile, "__init__", counted_init)
-    summary = run(load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1), echo=False)
+    summary = run({**load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1), "report": True}, echo=False)
     assert len(pipelines) == 1 and len(readers) == 1
+    assert summary["report"] == str(tmp_path / "report.html") and (tmp_path / "report.md").exists()  # written at the end
     assert [s["stage"] for s in summary["stages"]] == list(STAGES) and summary["audit"]["ok"]
     for s in summary["stages"]:  # each group's marker was written inside the pipeline, when it was done
         marker = json.loads((tmp_path / s["stage"] / "_SUCCESS").read_text())
@@ -352,3 +354,45 @@ def test_batched_document_step_emits_the_same_documents_and_tallies():
     assert batched[1:] == one_by_one[1:]
     assert one_by_one[2] == [("dropped/odd", 3), ("in", 7), ("out", 4)]
     assert one_by_one[0] == 7 and batched[0] == 6  # the 7th document waits for finish_bundle
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's chromium; the Makefile's `browser` target installs it
+
+
+def test_the_report_renders_every_plot_in_a_real_browser(one_worker):
+    """OUT/report.html in headless Chromium (Playwright driving Debian's chromium): it loads from the file
+    alone, draws every plot, logs no console error, and its screenshot is not blank; report.md holds
+    the funnel with every drop reason."""
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from pipelines.report import run_config, write_report
+
+    out, summary = one_worker
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: `make browser` installs Debian's chromium"
+    html_path, md_path = write_report(str(out), run_config(str(out)))
+    assert "<script src=" not in Path(html_path).read_text()  # plotly.js is inlined; any fetch is aborted below
+    markdown = Path(md_path).read_text()
+    for s in summary["stages"]:
+        assert f"| {s['stage']} | {s['in']} | {s['out']} |" in markdown
+        assert all(f"{reason}={n}" in markdown for reason, n in s["dropped"].items())
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+        page.goto(f"file://{html_path}")
+        page.wait_for_function("[...document.querySelectorAll('.plot')].every(d => d.querySelector('.main-svg'))",
+                               timeout=60_000)
+        plots = page.evaluate("document.querySelectorAll('.plot').length")
+        drawn = page.evaluate("[...document.querySelectorAll('.plot')].filter("
+                              "d => d.querySelectorAll('.bars path, .point').length > 0).length")
+        shot = page.screenshot(full_page=False)
+        browser.close()
+    pixels = np.asarray(Image.open(io.BytesIO(shot)).convert("L"))
+    assert plots >= 20 and drawn == plots and errors == []
+    assert pixels.std() > 10 and (pixels < 128).mean() > 0.01  # text and bars, not a blank page

@@ -311,3 +311,19 @@ def test_cli_on_a_multimodal_run_and_without_its_store(run, tmp_path, capsys):
     write_store(bare / "images" / "pairs", photos()[:3])  # a store that lacks two of the photos
     assert main(["--shards", str(bare), *args]) == 2
     assert "2 images of the shards are not in the image store" in capsys.readouterr().err
+
+
+def test_open_shards_with_an_image_store_gives_each_span_its_pixels(run):
+    """The reader's optional pixels: every span's image decoded and resized to the span's size, the
+    same array the store gives (and the same as Pillow's own decode + BICUBIC resize)."""
+    from packing import open_shards
+    from packing.images import ImageStore
+
+    root, counts = run
+    by_sha = {sha(data): data for data in photos()}
+    spans = [span for item in open_shards(str(root / "shards" / "pretrain"), image_store=ImageStore(str(root)))
+             for span in item["images"]]
+    assert len(spans) == counts["images"]
+    for span in spans:
+        assert span["pixels"].shape == (span["height"], span["width"], 3) and span["pixels"].dtype == np.uint8
+        assert np.array_equal(span["pixels"], reference_pixels(by_sha[span["sha256"]], span["height"], span["width"]))

@@ -1,0 +1,390 @@
+"""The run report: OUT/report.html, one self-contained page (plotly.js inlined: no network when it is
+viewed), and OUT/report.md, the same figures as tables for a terminal. Written at the end of every run
+and by `curate report OUT`.
+
+What it shows: the per-stage funnel and every drop reason; a histogram of every stored score with its
+configured threshold drawn on it (each quality rule's value, language-ID probability per language,
+llm_generated and poor_mt, the VLM rating), split into the documents a threshold kept and dropped;
+language and length distributions; dedup cluster sizes; image sizes, formats and duplicate counts;
+tokens, padding and status per packing phase and the text : multimodal ratio; and for each drop reason
+a few example documents (escaped, truncated, with their WARC file and offset).
+
+Why plotly: a data engineer choosing a threshold wants to hover a bar for its count and zoom into the
+tail, which static images do not give; plotly.js ships inside the pinned plotly wheel, so the page
+needs no network, and figures are plain JSON (binned here with numpy: the page holds counts, never one
+value per document). The report reads at most `max_rows` rows of each output folder (the first ones):
+on a large run the histograms are of that sample, which the page says.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter, defaultdict
+
+import numpy as np
+import pyarrow.dataset as ds
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import io
+
+BINS = 40
+EXAMPLES = 3
+EXAMPLE_CHARS = 400
+REACHES_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup", "write")  # dropped at or after quality
+REACHES_SYNTHETIC = ("synthetic", "exact_dedup", "near_dedup", "write")
+
+
+# ------------------------------------------------------------------------------------------- reading
+def _rows(root: str, folder: str, columns: list[str], max_rows: int) -> list[dict]:
+    """Up to max_rows rows of the Parquet files under OUT/folder (only `columns` that exist)."""
+    path = io.join(root, folder)
+    if not FileSystems.exists(path):
+        return []
+    try:
+        dataset = ds.dataset(path, format="parquet")
+    except (FileNotFoundError, OSError, ValueError):
+        return []
+    names = [c for c in columns if c in dataset.schema.names]
+    out: list[dict] = []
+    for batch in dataset.to_batches(columns=names):
+        out += batch.to_pylist()[:max_rows - len(out)]
+        if len(out) >= max_rows:
+            break
+    return out
+
+
+def _scores(row: dict) -> dict:
+    return dict(row.get("scores") or ())
+
+
+# ---------------------------------------------------------------------------------------- histograms
+def histogram(groups: dict[str, list[float]], threshold: float | None = None, log: bool = False) -> dict:
+    """Shared bins over every group's values (and the threshold): {"edges", "counts": {group: [...]}}."""
+    values = np.asarray([v for vs in groups.values() for v in vs if v is not None and math.isfinite(v)], float)
+    if not values.size:
+        return {"edges": [], "counts": {}}
+    lo, hi = float(values.min()), float(values.max())
+    if threshold is not None and math.isfinite(threshold):
+        lo, hi = min(lo, threshold), max(hi, threshold)
+    if log:
+        lo, hi = max(lo, 1.0), max(hi, 1.0)
+        edges = np.geomspace(lo, hi * 1.0001 if hi > lo else lo * 2, BINS + 1)
+    else:
+        edges = np.linspace(lo, hi if hi > lo else lo + 1, BINS + 1)
+    counts = {g: np.histogram(np.clip(np.asarray([v for v in vs if v is not None], float), edges[0], edges[-1]),
+                              edges)[0].tolist() for g, vs in groups.items() if vs}
+    return {"edges": edges.tolist(), "counts": counts}
+
+
+def _hist_figure(title: str, hist: dict, threshold: float | None = None, rule: str = "", log: bool = False) -> dict:
+    edges = hist["edges"]
+    centers = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
+    widths = [b - a for a, b in zip(edges, edges[1:])]
+    data = [{"type": "bar", "name": g, "x": centers, "y": c, "width": widths} for g, c in hist["counts"].items()]
+    layout = {"title": {"text": title}, "barmode": "stack", "height": 300, "margin": {"t": 40, "b": 40},
+              "xaxis": {"type": "log" if log else "linear"}, "yaxis": {"title": {"text": "documents"}}}
+    if threshold is not None and edges:
+        layout["shapes"] = [{"type": "line", "x0": threshold, "x1": threshold, "yref": "paper", "y0": 0, "y1": 1,
+                             "line": {"color": "crimson", "width": 2, "dash": "dash"}}]
+        layout["annotations"] = [{"x": threshold, "yref": "paper", "y": 1.05, "showarrow": False,
+                                  "text": f"threshold {threshold:g} {rule}".strip(), "font": {"color": "crimson"}}]
+    return {"data": data, "layout": layout}
+
+
+def _bar_figure(title: str, labels: list, series: dict[str, list], horizontal: bool = False, height: int = 320) -> dict:
+    data = [({"type": "bar", "name": name, "y": labels, "x": values, "orientation": "h"} if horizontal else
+             {"type": "bar", "name": name, "x": labels, "y": values}) for name, values in series.items()]
+    layout = {"title": {"text": title}, "barmode": "group", "height": height, "margin": {"t": 40, "l": 160}}
+    if horizontal:
+        layout["yaxis"] = {"autorange": "reversed"}
+    return {"data": data, "layout": layout}
+
+
+# ------------------------------------------------------------------------------------------- collect
+def _quality_figures(root: str, cfg: dict, max_rows: int) -> list[dict]:
+    from filters.quality import RULES
+
+    rows = []
+    for stage in REACHES_QUALITY:
+        rows += _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
+    rows += [{"stage": None, "reason": None, "scores": r["scores"]}
+             for r in _rows(root, "docs/text", ["scores"], max_rows)]
+    scores = [(r["reason"] if r["stage"] == "quality" else None, _scores(r)) for r in rows]
+    figures, section = [], cfg.get("quality") or {}
+    for rule in RULES:
+        entries = sorted(dict(section.get(rule.field) or ()).items()) if rule.kind == "per_n" else [(None, None)]
+        for n, per_n_threshold in entries:
+            key = rule.value.format(n=n) if n is not None else rule.value
+            reason = rule.reason.format(n=n) if n is not None else rule.reason
+            if rule.kind == "per_n":
+                threshold = per_n_threshold
+            elif rule.kind == "switch":
+                threshold = rule.fixed if section.get(rule.field, rule.default) else None
+            else:
+                threshold = section.get(rule.field, rule.default)
+            groups = defaultdict(list)
+            for dropped_for, values in scores:
+                if key in values:
+                    label = ("passed quality" if dropped_for is None else
+                             f"dropped: {reason}" if dropped_for == reason else "dropped: another quality rule")
+                    groups[label].append(values[key])
+            if groups:
+                title = f"quality · {key}" + ("" if threshold is not None else " (rule off)")
+                figures.append(_hist_figure(title, histogram(groups, threshold), threshold, f"(fails if {rule.fails})"))
+    return figures
+
+
+def _synthetic_thresholds(cfg: dict) -> dict:
+    try:
+        from filters.synthetic import SyntheticTextScorer, drop_thresholds
+
+        section = cfg["synthetic"]
+        scorer = SyntheticTextScorer(section["llm_model"], section["mt_model"], section["max_chars"]).load()
+        return drop_thresholds(scorer.thresholds(), section)
+    except Exception:  # a report must not fail on a model it cannot open; the plots then lack the line
+        return {}
+
+
+def collect(root: str, cfg: dict, max_rows: int = 100_000) -> dict:
+    """Every figure and table of the report, as plain data."""
+    summary = io.read_json(io.join(root, "stats", "summary.json"))
+    if summary is None:
+        raise FileNotFoundError(f"no run in {root}: stats/summary.json is missing")
+    stages = summary["stages"]
+    figures: dict[str, list] = defaultdict(list)
+    names = [s["stage"] for s in stages]
+    figures["funnel"].append(_bar_figure("documents in and out per stage", names,
+                                         {"in": [s["in"] for s in stages], "out": [s["out"] for s in stages]},
+                                         horizontal=True, height=40 + 26 * len(names)))
+    for s in stages:
+        if s["dropped"]:
+            reasons = sorted(s["dropped"], key=lambda r: -s["dropped"][r])
+            figures["drops"].append(_bar_figure(f"{s['stage']}: drop reasons", reasons,
+                                                {"dropped": [s["dropped"][r] for r in reasons]},
+                                                horizontal=True, height=60 + 22 * len(reasons)))
+    figures["quality"] = _quality_figures(root, cfg, max_rows)
+
+    text = _rows(root, "docs/text", ["lang", "lang_score", "scores"], max_rows)
+    lang_drops = _rows(root, "dropped/language", ["detail"], max_rows)
+    by_lang = defaultdict(lambda: defaultdict(list))
+    for r in text:
+        by_lang[r["lang"]]["final documents"].append(r["lang_score"])
+    for r in lang_drops:
+        lang, _, score = (r["detail"] or "").partition(":")
+        try:
+            by_lang[lang]["dropped: language"].append(float(score))
+        except ValueError:
+            pass
+    langs = sorted(by_lang, key=lambda lang: -sum(len(v) for v in by_lang[lang].values()))
+    min_score = (cfg.get("language") or {}).get("min_score")
+    for lang in langs[:8]:
+        figures["language"].append(_hist_figure(f"language-ID probability · {lang}",
+                                                histogram(by_lang[lang], min_score), min_score, "(fails if <)"))
+    counts = Counter(r["lang"] for r in text)
+    top = counts.most_common(25)
+    if top:
+        figures["language"].insert(0, _bar_figure("final text documents per language", [k for k, _ in top],
+                                                  {"documents": [v for _, v in top]}))
+    lengths = {"final documents": [_scores(r).get("text_chars") for r in text]}
+    if any(v for v in lengths["final documents"]):
+        figures["lengths"].append(_hist_figure("text characters per final document (log)",
+                                               histogram(lengths, log=True), log=True))
+
+    thresholds = _synthetic_thresholds(cfg)
+    synth = []
+    for stage in REACHES_SYNTHETIC:
+        synth += _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
+    synth += [{"stage": None, "reason": None, "scores": r["scores"]} for r in text]
+    for key in ("llm_generated", "poor_mt"):
+        groups = defaultdict(list)
+        for r in synth:
+            value = _scores(r).get(key)
+            if value is not None:
+                dropped = r["stage"] == "synthetic"
+                groups[f"dropped: {r['reason']}" if dropped else "passed synthetic"].append(value)
+        if groups:
+            figures["synthetic"].append(_hist_figure(f"synthetic · {key}", histogram(groups, thresholds.get(key)),
+                                                     thresholds.get(key), "(fails if >=)"))
+
+    vlm_min = (cfg.get("interleaved_vlm") or {}).get("min_score")
+    vlm = defaultdict(list)
+    for folder, label in (("docs/interleaved", "kept"), ("dropped/interleaved_vlm", "dropped: vlm_low_score")):
+        for r in _rows(root, folder, ["scores"], max_rows):
+            if "vlm" in _scores(r):
+                vlm[label].append(_scores(r)["vlm"])
+    if vlm:
+        figures["vlm"].append(_hist_figure("VLM rating (1-5)", histogram(vlm, vlm_min), vlm_min, "(fails if <)"))
+
+    for stage in ("exact_dedup", "near_dedup", "interleaved_exact_dedup", "interleaved_near_dedup",
+                  "interleaved_dedup"):
+        members = Counter(r["detail"] for r in _rows(root, f"dropped/{stage}", ["detail"], max_rows))
+        if members:
+            sizes = Counter(1 + n for n in members.values())
+            xs = sorted(sizes)
+            figures["dedup"].append(_bar_figure(f"{stage}: clusters by size (documents in the cluster)",
+                                                [str(x) for x in xs], {"clusters": [sizes[x] for x in xs]}))
+
+    for store in ("pairs", "interleaved"):
+        images = _rows(root, f"images/{store}", ["width", "height", "format"], max_rows)
+        if images:
+            sides = {"shorter side": [min(r["width"], r["height"]) for r in images],
+                     "longer side": [max(r["width"], r["height"]) for r in images]}
+            figures["images"].append(_hist_figure(f"images/{store}: side lengths (px, log)", histogram(sides, log=True),
+                                                  log=True))
+            formats = Counter(r["format"] for r in images)
+            figures["images"].append(_bar_figure(f"images/{store}: formats", list(formats),
+                                                 {"images": list(formats.values())}))
+
+    run_manifest = io.read_json(io.join(root, "shards", "manifest.json"))
+    if run_manifest and run_manifest.get("phases"):
+        phases = run_manifest["phases"]
+        labels = sorted(phases)
+        figures["packing"].append(_bar_figure("tokens per phase by modality", labels, {
+            m: [phases[p]["tokens_by_modality"][m] for p in labels] for m in ("text", "pair", "interleaved")}))
+
+    examples = defaultdict(list)
+    for s in stages:
+        if not s["dropped"]:
+            continue
+        wanted = set(s["dropped"])
+        for r in _rows(root, f"dropped/{s['stage']}", ["reason", "detail", "url", "warc_file", "warc_offset", "text"],
+                       max_rows):
+            key = (s["stage"], r["reason"])
+            if r["reason"] in wanted and len(examples[key]) < EXAMPLES:
+                examples[key].append(r)
+    image_counters = [[s["stage"], key, value] for s in stages for key, value in sorted(s.get("extra", {}).items())
+                      if key.startswith("images/")]
+    image_counters += [[s["stage"], f"dropped/{reason}", n] for s in stages for reason, n in sorted(s["dropped"].items())
+                       if reason in ("image_exact_dup", "image_near_dup", "image_semantic_dup", "multimodal_duplicate")]
+    return {"summary": summary, "figures": dict(figures), "examples": dict(examples), "mix": run_manifest,
+            "image_counters": image_counters,
+            "phases": {name: io.read_json(io.join(root, "shards", name, "manifest.json"))
+                       for name in ((run_manifest or {}).get("phases") or {})},
+            "max_rows": max_rows}
+
+
+# -------------------------------------------------------------------------------------------- render
+SECTIONS = [("funnel", "Funnel"), ("drops", "Drop reasons"), ("quality", "Quality rules: every value and its threshold"),
+            ("language", "Languages"), ("lengths", "Lengths"), ("synthetic", "LLM text and poor machine translation"),
+            ("vlm", "VLM scores"), ("dedup", "Dedup clusters"), ("images", "Images"), ("packing", "Packing")]
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _stage_rows(summary: dict) -> list[list]:
+    return [[s["stage"], s["in"], s["out"], sum(s["dropped"].values()),
+             ", ".join(f"{r}={n}" for r, n in sorted(s["dropped"].items(), key=lambda kv: -kv[1]))]
+            for s in summary["stages"]]
+
+
+def _skipped_models(summary: dict) -> list[str]:
+    return sorted({f"{s['stage']}: {k} = {v}" for s in summary["stages"] for k, v in s.get("extra", {}).items()
+                   if k.endswith("skipped_no_model") and v})
+
+
+def _phase_rows(data: dict) -> list[list]:
+    return [[name, m["status"], m["sequences"], m["tokens"], f"{m['padding_rate']:.3g}",
+             m["tokens_by_modality"]["text"], m["tokens_by_modality"]["multimodal"], m.get("images", 0)]
+            for name, m in sorted(data["phases"].items()) if m]
+
+
+PHASE_HEADER = ["phase", "status", "sequences", "tokens", "padding rate", "text tokens", "multimodal tokens", "images"]
+
+
+def render_html(data: dict) -> str:
+    from plotly.offline import get_plotlyjs
+
+    summary, parts, plots = data["summary"], [], []
+    parts.append(f"<h1>curate run report</h1><p>output <code>{html.escape(summary['output'])}</code>, input "
+                 f"{html.escape(', '.join(map(str, summary['input'])))} ({summary['input_files']} files), runner "
+                 f"{html.escape(summary['runner'])}, {summary['workers']} worker(s), wall {summary.get('wall_s', '?')} s. "
+                 f"Histograms read at most {data['max_rows']:,} rows per output folder.</p>")
+    audit = summary.get("audit")
+    if audit:
+        parts.append(f"<p>Loss audit: {audit['rows']} rows from {audit['files']} files, each in exactly one output: "
+                     f"<b>{'ok' if audit['ok'] else 'FAILED'}</b>.</p>")
+    skipped = _skipped_models(summary)
+    if skipped:
+        parts.append("<p class=note>Not scored (no model configured): " + html.escape("; ".join(skipped)) + "</p>")
+    for key, title in SECTIONS:
+        figures = data["figures"].get(key) or []
+        if key == "funnel":
+            parts.append(f"<h2>{title}</h2>" + _table(["stage", "in", "out", "dropped", "drop reasons (all)"],
+                                                    _stage_rows(summary)))
+        elif key == "packing" and data["phases"]:
+            mix = data["mix"] or {}
+            ratio = mix.get("text_to_multimodal_ratio")
+            parts.append(f"<h2>{title}</h2>" + _table(PHASE_HEADER, _phase_rows(data)) +
+                         f"<p>text : multimodal tokens = {mix.get('tokens_by_modality', {}).get('text', 0):,} : "
+                         f"{mix.get('tokens_by_modality', {}).get('multimodal', 0):,}"
+                         f"{f' = {ratio:.4f} : 1' if ratio else ''} (target {mix.get('target_ratio')}, status "
+                         f"{html.escape(str(mix.get('status')))}; epoch multipliers "
+                         f"{html.escape(json.dumps(mix.get('epoch_multipliers')))}; "
+                         f"{(mix.get('twins') or {}).get('text_replaced', 0)} text documents replaced by their "
+                         f"multimodal twin)</p>")
+        elif key == "images" and data["image_counters"]:
+            parts.append(f"<h2>{title}</h2><p>Image counters (decoding, size rules, sha256 / pHash duplicates, "
+                         f"frequent images):</p>" + _table(["stage", "counter", "value"], data["image_counters"]))
+        elif figures:
+            parts.append(f"<h2>{title}</h2>")
+        for fig in figures:
+            plots.append(fig)
+            parts.append(f'<div class="plot" id="plot{len(plots) - 1}"></div>')
+    parts.append("<h2>Examples of dropped documents</h2>")
+    for (stage, reason), rows in sorted(data["examples"].items()):
+        parts.append(f"<h3>{html.escape(stage)} · {html.escape(reason)}</h3>")
+        for r in rows:
+            text = (r.get("text") or "")[:EXAMPLE_CHARS]
+            where = f"{r.get('warc_file')}@{r.get('warc_offset')}"
+            parts.append(f'<div class="example"><a href="{html.escape(r.get("url") or "", quote=True)}">'
+                         f'{html.escape(r.get("url") or "")}</a> <code>{html.escape(where)}</code> '
+                         f'<i>{html.escape(r.get("detail") or "")}</i><pre>{html.escape(text)}</pre></div>')
+    script = ("const FIGURES = " + json.dumps(plots).replace("</", "<\\/") + ";\n"
+              "FIGURES.forEach((f, i) => Plotly.newPlot('plot' + i, f.data, f.layout, "
+              "{displaylogo: false, responsive: true}));")
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.plot{margin:1em 0}"
+             "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;font-size:12px}.note{color:#a60}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>curate report</title><style>{style}</style>"
+            f"<script>{get_plotlyjs()}</script></head><body>{''.join(parts)}<script>{script}</script></body></html>")
+
+
+def render_markdown(data: dict) -> str:
+    summary = data["summary"]
+    lines = ["# curate run report", "", f"output `{summary['output']}`, {summary['input_files']} input files, "
+             f"runner {summary['runner']}, {summary['workers']} worker(s), wall {summary.get('wall_s', '?')} s", "",
+             "| stage | in | out | dropped | drop reasons |", "|---|---:|---:|---:|---|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _stage_rows(summary)]
+    if data["phases"]:
+        lines += ["", "| " + " | ".join(PHASE_HEADER) + " |", "|" + "---|" * len(PHASE_HEADER)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _phase_rows(data)]
+        mix = data["mix"] or {}
+        lines += ["", f"text : multimodal = {mix.get('text_to_multimodal_ratio')} (target {mix.get('target_ratio')}, "
+                      f"{mix.get('status')}), multipliers {json.dumps(mix.get('epoch_multipliers'))}"]
+    for note in _skipped_models(summary):
+        lines.append(f"- not scored (no model configured): {note}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(root: str, cfg: dict, max_rows: int = 100_000) -> tuple[str, str]:
+    """OUT/report.html and OUT/report.md; returns their paths."""
+    data = collect(root, cfg, max_rows)
+    paths = io.join(root, "report.html"), io.join(root, "report.md")
+    for path, text in zip(paths, (render_html(data), render_markdown(data))):
+        with FileSystems.create(path) as fh:
+            fh.write(text.encode("utf-8"))
+    return paths
+
+
+def run_config(root: str) -> dict | None:
+    """The config the run at `root` was made with (OUT/stats/config.json), if it saved one."""
+    path = io.join(root, "stats", "config.json")
+    return io.read_json(path) if FileSystems.exists(path) else None
+
+
