@@ -147,9 +147,9 @@ def _synthetic_thresholds(cfg: dict) -> dict:
         return {}
 
 
-def collect(root: str, cfg: dict, max_rows: int = 100_000) -> dict:
-    """Every figure and table of the report, as plain data."""
-    summary = io.read_json(io.join(root, "stats", "summary.json"))
+def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None = None) -> dict:
+    """Every figure and table of the report, as plain data; `summary`: the run's (else stats/summary.json)."""
+    summary = summary or io.read_json(io.join(root, "stats", "summary.json"))
     if summary is None:
         raise FileNotFoundError(f"no run in {root}: stats/summary.json is missing")
     stages = summary["stages"]
@@ -372,9 +372,9 @@ def render_markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(root: str, cfg: dict, max_rows: int = 100_000) -> tuple[str, str]:
+def write_report(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None = None) -> tuple[str, str]:
     """OUT/report.html and OUT/report.md; returns their paths."""
-    data = collect(root, cfg, max_rows)
+    data = collect(root, cfg, max_rows, summary)
     paths = io.join(root, "report.html"), io.join(root, "report.md")
     for path, text in zip(paths, (render_html(data), render_markdown(data))):
         with FileSystems.create(path) as fh:

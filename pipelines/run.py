@@ -393,7 +393,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     if cfg["report"]:
         from pipelines.report import write_report
 
-        summary["report"] = write_report(root, cfg)[0]
+        summary["report"] = io.join(root, "report.html")
+        write_report(root, cfg, summary=summary)
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))
