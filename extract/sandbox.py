@@ -1,25 +1,38 @@
-"""A hard per-document deadline for native extractor code: extraction in a child process killed at it.
+"""A hard per-document deadline for native code: HTML extraction and PDF parsing in child processes
+killed at it.
 
 Why: guard.py's watchdog raises an async exception that CPython delivers at the next bytecode, so it
-cannot stop resiliparse's C++ (or lexbor's parser) once it is running, and their cost is not linear:
-a 1.1 MB page of 100k nested <div> held a worker for ~711 s under a 5 s limit. This module keeps one
-persistent extractor process per concurrently extracting thread (a pool, usually of one), started
-lazily on the first page that needs it, and talks to it over two pipes. A page gets `timeout_ms` from
-the moment it is sent; past that the child is SIGKILLed and reaped, and the page fails with
-`SandboxError("extract_timeout", ">N ms (killed)")`; the next page gets a fresh child (its start-up,
-about 0.1 s, is not charged to any page's deadline). A child that dies on a page (segfault, OOM kill,
-someone's kill -9) costs that page `SandboxError("extract_error", "extractor process died: signal N")`.
+cannot stop resiliparse's C++ (or lexbor's parser, or PDFium) once it is running, and their cost is
+not linear: a 1.1 MB page of 100k nested <div> held a worker for ~711 s under a 5 s limit. This module
+keeps persistent child processes, one per concurrently working thread and kind of child (a pool,
+usually of one per kind), started lazily on the first document that needs one, and talks to each over
+two pipes. A document gets `timeout_ms` from the moment it is sent; past that the child is SIGKILLed
+and reaped, and the document fails; the next one gets a fresh child (its start-up, about 0.1 s, is not
+charged to any document's deadline). Two kinds of child:
+
+- HTML (`extract`): main-content text by resiliparse or trafilatura (`run_engine`). Past the deadline:
+  `SandboxError("extract_timeout", ">N ms (killed)")`; a child that dies on a page (segfault, OOM
+  kill, someone's kill -9): `SandboxError("extract_error", "extractor process died: signal N")`.
+- PDF (`parse_pdf`): extract.pdf.parse_pdf, imported in the child only (its dict comes back pickled).
+  PDFium decodes images and fonts of any declared size, so a PDF child also runs under an
+  address-space limit (RLIMIT_AS, set around each document, so HTML children never have one): a
+  parser that runs out of it costs the document `SandboxError("pdf_too_much_memory", ">M MB")`, and
+  the child is replaced; past the deadline: `SandboxError("pdf_timeout", ">N ms (killed)")`; a child
+  that dies otherwise: `SandboxError("pdf_parser_crashed", "parser process died: signal N")`. See
+  `parse_pdf` for how running out of memory is told from a crash.
 
 The children never outlive the worker: each one asks the kernel for SIGKILL when its parent dies
 (prctl PR_SET_PDEATHSIG; it then checks it was not orphaned before that), exits on end-of-file of its
 request pipe, and is killed by an atexit hook. Linux delivers PDEATHSIG when the *thread* that forked
 the child ends, and Beam harnesses retire idle threads, so children are forked by one long-lived
 daemon thread of this module. After os.fork() the pool is forgotten in the forked process (its pipes
-are the parent's). Nothing here is created before the first sandboxed page, so DoFns stay picklable.
+are the parent's). Nothing here is created before the first sandboxed document, so DoFns stay
+picklable.
 
-Which pages take this path is extract_main_text's decision (extract/html.py, with `in_process_is_safe`
-here): small pages whose worst case is bounded far below the limit stay in process, where the
-watchdog still guards them; the rest come here. `run_engine` is the one extractor call both paths make.
+Which pages take the HTML path is extract_main_text's decision (extract/html.py, with
+`in_process_is_safe` here): small pages whose worst case is bounded far below the limit stay in
+process, where the watchdog still guards them; the rest come here. `run_engine` is the one extractor
+call both paths make. Every PDF takes the child path.
 
 Cost (single process, mixed-dev.warc.gz, fresh str per page as decode_html hands them over): a page
 through the child costs ~15-19% more than in process: ~60 us of pipe round trip and wake-ups, and
@@ -31,8 +44,11 @@ the child (hand it the payload bytes and charset) would remove the transcoding.
 from __future__ import annotations
 
 import atexit
+import importlib
+import io
 import math
 import os
+import pickle
 import queue
 import select
 import signal
@@ -63,18 +79,32 @@ SAFE_MAX_CHARS = 16 * 1024
 SAFE_WORST_MS = 60
 SAFE_MIN_TIMEOUT_MS = 500
 
-STARTUP_TIMEOUT_S = 60.0  # start-up and engine import of a child, not charged to a page
-_REQ = struct.Struct("<cBQ")  # op (b"L" load engine, b"X" extract), engine index, body length
-_RESP = struct.Struct("<cQ")  # status (b"O" text follows, b"E" error repr follows), body length
+STARTUP_TIMEOUT_S = 60.0  # start-up and engine (or PDF parser) import of a child, not charged to a document
+# op (b"L" load the engine, or a PDF child's parser; b"X" extract; b"P" parse a PDF), engine index (0
+# for a PDF child), body length
+_REQ = struct.Struct("<cBQ")
+# status (b"O" text, or a PDF's pickled result, follows; b"E" error repr follows; b"M" the PDF parser ran
+# out of memory, empty body), body length
+_RESP = struct.Struct("<cQ")
+_PDF_ARGS = struct.Struct("<QQQ")  # memory_mb, max_pages, min_image_side; the PDF's bytes follow
+# The PDF child's parser, "module:function". CURATE_PDF_PARSER replaces it: a test hook (crashing,
+# hanging, allocating parsers in tests/sandbox_targets.py), read only in the child, when it loads it.
+_PDF_PARSER = "extract.pdf:parse_pdf"
+# Per kind of child: the reason a child that fails costs the document, and what messages call it.
+_KINDS = {"html": ("extract_error", "extractor"), "pdf": ("pdf_parser_crashed", "parser")}
 _PIPE_SIZE = 1 << 20  # fewer wake-ups per page; best effort (Linux caps unprivileged pipes at 1 MiB)
 
 
 class SandboxError(Exception):
-    """Reason-coded failure of a sandboxed extraction (extract_main_text turns it into ExtractionError)."""
+    """Reason-coded failure of a sandboxed extraction or PDF parse (extract_main_text turns it into
+    ExtractionError). `args` is (reason, detail): it pickles, and unpacks as such."""
 
     def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
+        super().__init__(reason, detail)
         self.reason, self.detail = reason, detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
 
 
 def in_process_is_safe(html: str, timeout_ms: float) -> bool:
@@ -102,10 +132,30 @@ def extract(html: str, engine: str, timeout_ms: float) -> str:
     return _pool().extract(html, engine, timeout_ms)
 
 
-def child_pids() -> list[int]:
-    """Pids of this process's extractor children (for tests and fault injection)."""
+def parse_pdf(data: bytes, timeout_ms: float, memory_mb: int, max_pages: int, min_image_side: int) -> dict:
+    """extract.pdf.parse_pdf(data, max_pages, min_image_side) run in a PDF child within `timeout_ms` and
+    an address space of `memory_mb` MB (the child's whole: the interpreter with extract.pdf loaded takes
+    ~40 MB of it): its result dict, or SandboxError with
+    - "pdf_timeout", ">N ms (killed)": the deadline passed (the child is killed);
+    - "pdf_too_much_memory", ">M MB": the parser ran out of the address space, which shows in one of
+      two ways: a MemoryError (Python, pypdfium2's buffers, PIL), answered as such by the child, or a
+      SIGABRT, which is how PDFium (FX_OutOfMemoryTerminate) and C++ (std::bad_alloc ->
+      std::terminate) end on a failed allocation (then the detail says "(parser process aborted)").
+      glibc's heap-corruption checks abort too; such a rare crash is counted here;
+    - "pdf_parser_crashed", "parser process died: signal N": any other death, SIGSEGV or SIGKILL
+      (the kernel's OOM killer included: then the machine, not the limit, ran out), or "parser
+      raised ..." when parse_pdf raised instead of returning a reason.
+    The child is replaced after anything but a result or a raised exception."""
+    return _pool().parse_pdf(data, timeout_ms, memory_mb, max_pages, min_image_side)
+
+
+def child_pids(kind: str | None = None) -> list[int]:
+    """Pids of this process's children, of one kind ("html", "pdf") or all (for tests and fault
+    injection)."""
     pool = _POOL
-    return [c.proc.pid for c in list(pool.children)] if pool is not None and pool.pid == os.getpid() else []
+    if pool is None or pool.pid != os.getpid():
+        return []
+    return [c.proc.pid for c in list(pool.children) if kind in (None, c.kind)]
 
 
 def shutdown() -> None:
@@ -126,9 +176,10 @@ def _set_pipe_size(fd: int) -> None:
 
 
 class _Child:
-    """One extractor process and its two pipes; used by one thread at a time."""
+    """One child process of a kind ("html", "pdf") and its two pipes; used by one thread at a time."""
 
-    def __init__(self):
+    def __init__(self, kind: str):
+        self.kind = kind
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
         for fd in (req_r, resp_w):
@@ -137,7 +188,7 @@ class _Child:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-c", "from extract.sandbox import _serve; _serve()", str(req_r), str(resp_w),
-               str(os.getpid())]
+               str(os.getpid()), kind]
         try:
             self.proc = _spawner().call(lambda: subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(req_r, resp_w), env=env))
@@ -185,12 +236,12 @@ class _Child:
             except OSError:
                 pass
 
-    def request(self, op: bytes, engine: str, body: bytes, seconds: float) -> tuple[bytes | None, bytes]:
+    def request(self, op: bytes, engine: int, body: bytes, seconds: float) -> tuple[bytes | None, bytes]:
         """Send one request and wait for its answer until `seconds` from now: (status, body), status
         None if the deadline passed first; EOFError if the child died. Only a full answer leaves the
         pipes in step (the caller discards the child otherwise)."""
         deadline = time.monotonic() + seconds
-        if not self._write(_REQ.pack(op, ENGINES.index(engine), len(body)), body, deadline):
+        if not self._write(_REQ.pack(op, engine, len(body)), body, deadline):
             return None, b""
         buf = bytearray()
         while len(buf) < _RESP.size or len(buf) < _RESP.size + _RESP.unpack_from(buf)[1]:
@@ -236,19 +287,22 @@ def _advance(parts: list[memoryview], sent: int) -> list[memoryview]:
 
 
 class _Pool:
-    """This process's extractor children: checked out by one thread at a time, spawned on demand."""
+    """This process's children: checked out by one thread at a time, spawned on demand, per kind."""
 
     def __init__(self):
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.idle: list[_Child] = []
+        self.idle: dict[str, list[_Child]] = {kind: [] for kind in _KINDS}
         self.children: set[_Child] = set()
 
-    def _checkout(self, engine: str) -> _Child:
+    def _checkout(self, kind: str, engine: str) -> _Child:
+        """An idle or new child of `kind` with `engine` loaded ("pdf": a PDF child's parser)."""
+        reason, noun = _KINDS[kind]
         child = None
         with self.lock:
-            while self.idle:
-                candidate = self.idle.pop()
+            idle = self.idle[kind]
+            while idle:
+                candidate = idle.pop()
                 if candidate.alive():
                     child = candidate
                     break
@@ -256,14 +310,15 @@ class _Pool:
                 candidate.kill()  # died while idle (killed from outside): reap it; nobody's page fails
         if child is None:
             try:
-                child = _Child()
+                child = _Child(kind)
             except OSError as err:
-                raise SandboxError("extract_error", f"extractor process failed to start: {err!r}"[:300]) from None
+                raise SandboxError(reason, f"{noun} process failed to start: {err!r}"[:300]) from None
             with self.lock:
                 self.children.add(child)
         if engine not in child.loaded:
             try:
-                status, body = child.request(b"L", engine, b"", STARTUP_TIMEOUT_S)
+                status, body = child.request(b"L", ENGINES.index(engine) if kind == "html" else 0, b"",
+                                             STARTUP_TIMEOUT_S)
             except EOFError:
                 status, body = b"D", b""
             except BaseException:
@@ -273,7 +328,7 @@ class _Pool:
                 code = self._discard(child)
                 why = (body.decode("utf-8", "replace") if status == b"E" else
                        f"no answer in {STARTUP_TIMEOUT_S:.0f} s" if status is None else _exit_text(code))
-                raise SandboxError("extract_error", f"extractor process failed to start: {why}"[:300])
+                raise SandboxError(reason, f"{noun} process failed to start: {why}"[:300])
             child.loaded.add(engine)
         return child
 
@@ -283,10 +338,15 @@ class _Pool:
             self.children.discard(child)
         return code
 
+    def _release(self, child: _Child) -> None:
+        with self.lock:
+            self.idle[child.kind].append(child)
+
     def extract(self, html: str, engine: str, timeout_ms: float) -> str:
-        child = self._checkout(engine)
+        child = self._checkout("html", engine)
         try:
-            status, body = child.request(b"X", engine, html.encode("utf-8", "replace"), timeout_ms / 1000)
+            status, body = child.request(b"X", ENGINES.index(engine), html.encode("utf-8", "replace"),
+                                         timeout_ms / 1000)
         except EOFError:
             code = self._discard(child)
             raise SandboxError("extract_error", f"extractor process died: {_exit_text(code)}") from None
@@ -296,17 +356,52 @@ class _Pool:
         if status is None:
             self._discard(child)
             raise SandboxError("extract_timeout", f">{timeout_ms:g} ms (killed)")
-        with self.lock:
-            self.idle.append(child)
+        self._release(child)
         if status == b"E":
             raise SandboxError("extract_error", body.decode("utf-8", "replace"))
         return body.decode("utf-8", "surrogatepass")
 
+    def parse_pdf(self, data: bytes, timeout_ms: float, memory_mb: int, max_pages: int,
+                  min_image_side: int) -> dict:
+        child = self._checkout("pdf", "pdf")
+        try:
+            status, body = child.request(b"P", 0, _PDF_ARGS.pack(memory_mb, max_pages, min_image_side) + data,
+                                         timeout_ms / 1000)
+        except EOFError:
+            code = self._discard(child)
+            if code == -signal.SIGABRT:
+                raise SandboxError("pdf_too_much_memory", f">{memory_mb} MB (parser process aborted)") from None
+            raise SandboxError("pdf_parser_crashed", f"parser process died: {_exit_text(code)}") from None
+        except BaseException:  # interrupted mid-request (KeyboardInterrupt...): the pipes are out of step
+            self._discard(child)
+            raise
+        if status is None:
+            self._discard(child)
+            raise SandboxError("pdf_timeout", f">{timeout_ms:g} ms (killed)")
+        if status == b"M":  # what a failed allocation left behind (PDFium's state, a huge heap) goes with it
+            self._discard(child)
+            raise SandboxError("pdf_too_much_memory", f">{memory_mb} MB")
+        self._release(child)
+        if status == b"E":
+            raise SandboxError("pdf_parser_crashed", "parser raised " + body.decode("utf-8", "replace"))
+        try:
+            return _PlainUnpickler(io.BytesIO(body)).load()
+        except pickle.UnpicklingError as err:
+            raise SandboxError("pdf_parser_crashed", f"unexpected answer: {err}"[:300]) from None
+
     def close(self) -> None:
         with self.lock:
-            children, self.children, self.idle = list(self.children), set(), []
+            children, self.children, self.idle = list(self.children), set(), {kind: [] for kind in _KINDS}
         for child in children:
             child.kill()
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads containers, strings, bytes and numbers only: the child parses untrusted PDFs, and a
+    parser taken over by one must not get code run in the worker by a pickle naming a callable."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"{module}.{name} in a PDF result")
 
 
 def _exit_text(code: int | None) -> str:
@@ -408,6 +503,58 @@ def _write_all(fd: int, header: bytes, body: bytes) -> None:
         parts = _advance(parts, os.writev(fd, parts))
 
 
+def _answer_html(op: bytes, engine: int, body: bytearray) -> tuple[bytes, bytes]:
+    try:
+        if op == b"L":
+            run_engine("<p>warm up</p>", ENGINES[engine])  # imports the engine, touches its tables
+            return b"O", b""
+        return b"O", run_engine(body.decode("utf-8"), ENGINES[engine]).encode("utf-8", "surrogatepass")
+    except Exception as err:
+        return b"E", repr(err)[:300].encode("utf-8", "replace")
+
+
+class _PdfServer:
+    """A PDF child's answers: the parser is imported by the load request (before any deadline), and
+    each document is parsed under its own address-space limit, lifted again before the answer is
+    built and the next request is read."""
+
+    def __init__(self):
+        import resource
+
+        self.parse = None
+        # a parser that crashes (or aborts out of memory) must not dump a core of up to memory_mb
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def answer(self, op: bytes, body: bytearray) -> tuple[bytes, bytes]:
+        import resource
+
+        if op == b"L":
+            try:
+                module, _, name = os.environ.get("CURATE_PDF_PARSER", _PDF_PARSER).partition(":")
+                self.parse = getattr(importlib.import_module(module), name)
+                return b"O", b""
+            except Exception as err:
+                return b"E", repr(err)[:300].encode("utf-8", "replace")
+        memory_mb, max_pages, min_image_side = _PDF_ARGS.unpack_from(body)
+        with memoryview(body) as view:
+            data = bytes(view[_PDF_ARGS.size:])
+        body.clear()  # freed: a second copy of the PDF would count against the limit
+        unlimited = resource.getrlimit(resource.RLIMIT_AS)
+        hard = unlimited[1]
+        limit = memory_mb << 20 if hard == resource.RLIM_INFINITY else min(memory_mb << 20, hard)
+        try:
+            try:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+                # pickled under the limit too: the answer is part of what the document costs
+                return b"O", pickle.dumps(self.parse(data, max_pages, min_image_side), protocol=5)
+            finally:
+                resource.setrlimit(resource.RLIMIT_AS, unlimited)
+        except MemoryError:
+            return b"M", b""
+        except Exception as err:
+            return b"E", repr(err)[:300].encode("utf-8", "replace")
+
+
 def _serve() -> None:
     """Child main loop: read a request, answer it, until the parent closes the pipe (or dies)."""
     req_r, resp_w, parent = (int(a) for a in sys.argv[1:4])
@@ -421,19 +568,13 @@ def _serve() -> None:
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker; it ends us
+    pdf = _PdfServer() if sys.argv[4] == "pdf" else None
     while True:
         request = _read_request(req_r)
         if request is None:
             os._exit(0)
         op, engine, body = request
-        try:
-            if op == b"L":
-                run_engine("<p>warm up</p>", ENGINES[engine])  # imports the engine, touches its tables
-                out = b""
-            else:
-                out = run_engine(body.decode("utf-8"), ENGINES[engine]).encode("utf-8", "surrogatepass")
-            status = b"O"
-        except Exception as err:
-            status, out = b"E", repr(err)[:300].encode("utf-8", "replace")
-        del body, request
+        del request
+        status, out = _answer_html(op, engine, body) if pdf is None else pdf.answer(op, body)
+        del body
         _write_all(resp_w, _RESP.pack(status, len(out)), out)

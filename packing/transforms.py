@@ -106,6 +106,8 @@ class _Tokenize(beam.DoFn):
         encoded = encode_samples(self.tok, [ps for _, ps in todo], image_id)
         for (sample, _), enc in zip(todo, encoded):
             n, modality = len(enc.ids), sample["modality"]
+            if modality == INTERLEAVED and not enc.images:  # a PDF without images is a text sample
+                modality = TEXT
             if n == specials:
                 yield _drop(sample, NO_TOKENS)
                 continue
@@ -483,7 +485,7 @@ class BuildShards(beam.PTransform):
             samples.append(inputs.pairs | "PairSamples" >> beam.Map(
                 lambda doc: {"doc": doc, "modality": PAIR, "epochs": base, "keys": []}))
         tokens = samples | "AllSamples" >> beam.Flatten() | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg)
-        records = tokens.docs
+        records, counts = tokens.docs, [tokens[COUNTERS]]
         if inputs.interleaved is not None:
             by_modality = records | "ByModality" >> beam.Partition(
                 lambda r, _: (TEXT, INTERLEAVED, PAIR).index(r["modality"]), 3)
@@ -491,16 +493,15 @@ class BuildShards(beam.PTransform):
             records = (twins[TEXT], twins[INTERLEAVED], by_modality[2]) | "Resolved" >> beam.Flatten()
             drops.append(twins[mix_transforms.REPLACED] | "Replaced" >> beam.MapTuple(
                 lambda r, survivor: ({"id": r["id"], **r["where"]}, TEXT, mix_transforms.REPLACED, survivor)))
+            counts.append(drops[-1] | "CountReplaced" >> beam.Map(lambda _: ("mix/replaced_by_multimodal", 1)))
         balanced, plan = records | "BalanceRatio" >> mix_transforms.BalanceRatio(mix)
         sampled = balanced | "Sampled" >> beam.Partition(lambda r, _: int(r["copies"] > 0), 2)
         not_sampled, packed = sampled[0], sampled[1]
-        mix_counts = [records | "Twins" >> beam.FlatMap(
-                          lambda r: [("mix/multimodal_with_twin", 1)] if r.get("twins") else []),
-                      *[d | f"CountDrops{i}" >> beam.Map(lambda d: (f"mix/{d[2]}", 1)) for i, d in enumerate(drops)],
-                      packed | "Copies" >> beam.FlatMap(lambda r: [(f"mix/{r['modality']}/copies", r["copies"]),
-                                                                   (f"mix/{r['modality']}/tokens", r["copies"] * r["n_tokens"])])]
+        counts += [records | "Twins" >> beam.FlatMap(lambda r: [("mix/multimodal_with_twin", 1)] if r.get("twins") else []),
+                   packed | "Copies" >> beam.FlatMap(lambda r: [(f"mix/{r['modality']}/copies", r["copies"]),
+                                                                (f"mix/{r['modality']}/tokens", r["copies"] * r["n_tokens"])])]
         alloc = packed | "AllocatePhases" >> AllocatePhases(self.cfg)
-        parts = [tokens[COUNTERS], alloc["counters"], *mix_counts]
+        parts = [*counts, alloc["counters"]]
         manifests = []
         for phase in configured_phases(self.cfg):
             out = alloc[phase.name] | f"Pack {phase.name}" >> PackAndWrite(

@@ -1,7 +1,8 @@
 """Interleaved image-text documents from web pages, in the report's increasing-cost order:
 
-1. before any image byte: `interleaved` (each HTML page an ordered list of text and image nodes,
-   extract/interleaved.py; image nodes that fail the URL rules (no usable URL, `data:` URIs, tracking
+1. before any image is decoded: `interleaved` (each HTML page an ordered list of text and image nodes,
+   extract/interleaved.py, each PDF the same from its text blocks and embedded images in reading order,
+   extract/pdf.py in a child process; image nodes that fail the URL rules (no usable URL, `data:` URIs, tracking
    pixels, icons, chrome words, declared sizes below `min_side`), sit in page chrome, come from a page
    that opts out of AI use, or whose URL is on more than `max_pages_per_url` documents of the corpus
    (OBELICS's site-chrome rule, a Beam combine) are removed; a document left with no image is dropped
@@ -17,14 +18,16 @@
    nodes in OUT/recycle/<stage>, which the pairs branch turns into pairs (pipelines/image_pairs.py);
 then `interleaved_write` (OUT/docs/interleaved, sorted shards).
 
-Accounting of stage 1, per document: `in` = HTML pages, `out` = documents kept, dropped = `no_images`,
-`page_too_large`, `page_undecodable`, `page_timeout`, `duplicate_record` (one id twice). Per image,
+Accounting of stage 1, per document: `in` = HTML pages + PDFs, `out` = documents kept, dropped =
+`no_images`, `page_too_large`, `page_undecodable`, `page_timeout`, `duplicate_record` (one id twice),
+and a PDF's reason (PDF_REASONS). Per image,
 counters `images/in`, `images/kept`, `images/chrome`, `images/<URL rule reason>` and
 `images/frequent_url` (in = kept + the others).
 """
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from typing import NamedTuple
 
@@ -46,10 +49,11 @@ from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLangua
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
                   ("image_sha256", pa.string()), ("alt", pa.string()), ("caption", pa.string()),
                   ("width", pa.int32()), ("height", pa.int32()), ("visual_tokens", pa.int32()),
-                  ("position", pa.int32()), ("phash", pa.string())])
+                  ("position", pa.int32()), ("phash", pa.string()), ("page", pa.int32())])
 # One interleaved document. An image node's `position` is its <img> index on the page (as in the
-# pairs branch); `image_sha256`, `width`, `height`, `visual_tokens` and `phash` (64-bit pHash, hex)
-# are filled when the images are fetched and decoded (stage 2), null before.
+# pairs branch), or its index in a PDF; `image_sha256`, `width`, `height`, `visual_tokens` and `phash`
+# (64-bit pHash, hex) are filled when the images are fetched and decoded (stage 2), null before.
+# `page`: the PDF page a node is on (1-based; null for web pages): where it changes, a page breaks.
 INTERLEAVED_SCHEMA = pa.schema([("id", pa.string()), ("url", pa.string()), ("warc_file", pa.string()),
                                 ("warc_offset", pa.int64()), ("warc_date", pa.string()), ("kind", pa.string()),
                                 ("lang", pa.string()), ("nodes", pa.list_(NODE)), ("scores", SCORES)])
@@ -78,7 +82,78 @@ class InterleavedConfig(Section):
                                                      "(OBELICS: 2); both sides must also reach min_side")
     max_images: int = Field(30, ge=1, description="a document with more images after decoding is too_many_images "
                                                   "(MINT-1T keeps 1-30)")
+    pdf_timeout_ms: int = Field(60000, gt=0, description="wall-clock bound per PDF in the parser's child process "
+                                                         "(pdf_timeout)")
+    pdf_memory_mb: int = Field(2048, gt=0, description="address-space limit of the PDF parser's child process "
+                                                       "(pdf_too_much_memory)")
+    pdf_max_pages: int = Field(500, gt=0, description="longer PDFs are not parsed (pdf_too_many_pages)")
     vision: VisionConfig = Field(default_factory=VisionConfig)
+
+
+PDF_REASONS = ("pdf_encrypted", "pdf_broken", "pdf_no_text_layer", "pdf_too_many_pages", "pdf_timeout",
+               "pdf_parser_crashed", "pdf_too_much_memory")
+# the embedded images of parsed PDFs, as the read stage's image records (stage 2 resolves them by URL)
+PDF_IMAGE_SCHEMA = pa.schema([("id", pa.string()),  # hex of the URL: what the sorted writer shards by
+                              ("url", pa.string()), ("payload", pa.binary()), ("content_type", pa.string()),
+                              ("x_robots_tag", pa.string()), ("warc_date", pa.string())])
+
+
+def needs_images(doc: dict) -> bool:
+    """A web page without images is text only (it is in the text branch); a PDF's text is not, so a PDF
+    document stays one without images."""
+    return doc.get("kind") != "pdf"
+
+
+def pdf_image_url(pdf_url: str, page: int, index: int) -> str:
+    return f"{pdf_url}#page={page}&image={index}"
+
+
+class _ParsePdf(beam.DoFn):
+    """A PDF response (OUT/docs/pdf row) -> its document (kind "pdf": text blocks and images in reading
+    order, page numbers on the nodes; extract/pdf.py, run in a child process with a deadline and a
+    memory limit: extract/sandbox.py) and its embedded images as image records (tag "images"); or a
+    drop with the PDF's reason (PDF_REASONS). A scanned PDF (no text layer) is dropped, its page and
+    image counts kept, so the stats show what OCR would recover."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+
+    def process(self, pdf):
+        from extract.sandbox import SandboxError, parse_pdf
+
+        yield counter("in")
+        yield counter("pdf/in")
+        base = {k: pdf.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
+        try:
+            parsed = parse_pdf(pdf["payload"], self.cfg["pdf_timeout_ms"], self.cfg["pdf_memory_mb"],
+                               self.cfg["pdf_max_pages"], self.cfg["min_side"])
+            reason, detail = parsed["reason"], parsed["detail"]
+        except SandboxError as err:
+            parsed, (reason, detail) = {"pages": 0, "nodes": []}, err.args
+        images = [n for n in parsed["nodes"] if n["type"] == "image"]
+        yield counter("pdf/pages", parsed["pages"])
+        if not reason:
+            yield counter("images/in", len(images))
+        if reason:
+            yield counter(f"dropped/{reason}")
+            if reason == "pdf_no_text_layer":
+                yield counter("pdf/no_text_layer_pages", parsed["pages"])
+                yield counter("pdf/no_text_layer_images", len(images))
+            yield dropped(drop_row(base, "interleaved", reason, detail, text=""))
+            return
+        nodes = []
+        for position, node in enumerate(parsed["nodes"]):
+            if node["type"] == "text":
+                nodes.append({"type": "text", "text": node["text"], "page": node["page"]})
+                continue
+            url = pdf_image_url(pdf["url"], node["page"], node["index"])
+            nodes.append({"type": "image", "image_url": url, "caption": node.get("caption"), "position": position,
+                          "page": node["page"]})
+            yield beam.pvalue.TaggedOutput("images", {
+                "id": hashlib.sha1(url.encode("utf-8")).hexdigest()[:32], "url": url, "payload": node["data"], "content_type": f"image/{node['format'].lower()}",
+                "x_robots_tag": "", "warc_date": pdf.get("warc_date")})
+        yield counter("pdf/images", len(images))
+        yield {**base, "kind": "pdf", "lang": "", "nodes": nodes, "scores": {}}
 
 
 class _Linearise(beam.DoFn):
@@ -138,15 +213,18 @@ class _Linearise(beam.DoFn):
 
 def _without_images(nodes: list[dict], removed) -> list[dict]:
     """The nodes without the image nodes `removed(node)` is true for, the text blocks that meet
-    across a removed image joined."""
-    out = []
+    across a removed image joined (others stay apart: a PDF's blocks and pages)."""
+    out, gap = [], False
     for node in nodes:
         if node["type"] == "image":
             if removed(node):
+                gap = True
                 continue
-        elif out and out[-1]["type"] == "text":
+        elif gap and out and out[-1]["type"] == "text":
             out[-1] = {**out[-1], "text": out[-1]["text"] + "\n\n" + node["text"]}
+            gap = False
             continue
+        gap = False
         out.append(node)
     return out
 
@@ -165,7 +243,7 @@ def _without_frequent(element):
         yield counter("images/frequent_url", len(frequent))
     nodes = _without_images(doc["nodes"], lambda n: n["position"] in frequent)
     kept = sum(1 for n in nodes if n["type"] == "image")
-    if kept == 0:
+    if kept == 0 and needs_images(doc):
         yield counter("dropped/no_images")
         text = "\n\n".join(n["text"] for n in nodes)
         yield dropped(drop_row(doc, "interleaved", "no_images", text=text))
@@ -181,32 +259,44 @@ def _without_frequent(element):
 
 
 class InterleavedResult(NamedTuple):
-    docs: beam.PCollection      # INTERLEAVED_SCHEMA rows
-    dropped: beam.PCollection   # drop rows (io.DROP_SCHEMA)
-    counters: beam.PCollection  # (key, n), summed
+    docs: beam.PCollection        # INTERLEAVED_SCHEMA rows
+    dropped: beam.PCollection     # drop rows (io.DROP_SCHEMA)
+    counters: beam.PCollection    # (key, n), summed
+    pdf_images: beam.PCollection  # the embedded images of the parsed PDFs (PDF_IMAGE_SCHEMA rows)
 
 
 class BuildInterleavedDocs(beam.PTransform):
-    """HTML pages (the read stage's documents) -> stage-1 interleaved documents (module docstring)."""
+    """HTML pages (the read stage's documents) and `pdfs` (its PDF responses, optional) -> stage-1
+    interleaved documents (module docstring)."""
 
-    def __init__(self, cfg: dict | None = None):
+    def __init__(self, cfg: dict | None = None, pdfs=None):
         super().__init__()
         self.cfg = InterleavedConfig.model_validate(cfg or {}).model_dump()
+        self.pdfs = pdfs
 
     def expand(self, pages):
-        docs = pages | "Linearise" >> beam.ParDo(_Linearise(self.cfg)).with_outputs(DROPPED, COUNTERS, main="docs")
-        refs = docs.docs | "ImageRefs" >> beam.FlatMap(
+        web = pages | "Linearise" >> beam.ParDo(_Linearise(self.cfg)).with_outputs(DROPPED, COUNTERS, main="docs")
+        parts = [web]
+        if self.pdfs is not None:
+            parts.append(self.pdfs | "ParsePdf" >> beam.ParDo(_ParsePdf(self.cfg)).with_outputs(
+                DROPPED, COUNTERS, "images", main="docs"))
+            pdf_images = parts[-1].images
+        else:
+            pdf_images = pages.pipeline | "NoPdfImages" >> beam.Create([])
+        docs, drops, counts = ([part[tag] for part in parts] | f"All {tag}" >> beam.Flatten()
+                               for tag in ("docs", DROPPED, COUNTERS))
+        refs = docs | "ImageRefs" >> beam.FlatMap(
             lambda doc: [(doc["id"], {"url": n["image_url"], "position": n["position"]})
                          for n in doc["nodes"] if n["type"] == "image"])
         split = refs | "FrequentUrls" >> SplitFrequentImageUrls(self.cfg["max_pages_per_url"])
         frequent = split.frequent | "FrequentPositions" >> beam.Map(lambda r: (r[0][0], r[0][1]["position"]))
-        final = ({"doc": docs.docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "frequent": frequent}
+        final = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "frequent": frequent}
                  | "JoinFrequent" >> beam.CoGroupByKey()
                  | "Assemble" >> beam.FlatMap(_without_frequent).with_outputs(DROPPED, COUNTERS, main="docs"))
-        counters = ((docs[COUNTERS], final[COUNTERS]) | "AllCounters" >> beam.Flatten()
+        counters = ((counts, final[COUNTERS]) | "AllCounters" >> beam.Flatten()
                     | "SumCounters" >> beam.CombinePerKey(sum))
-        return InterleavedResult(final.docs, (docs[DROPPED], final[DROPPED]) | "AllDrops" >> beam.Flatten(),
-                                 counters)
+        return InterleavedResult(final.docs, (drops, final[DROPPED]) | "AllDrops" >> beam.Flatten(),
+                                 counters, pdf_images)
 
 
 # -------------------------------------------------------------------------- stage 2: the images
@@ -260,7 +350,7 @@ class _AttachImages(beam.DoFn):
         nodes = _without_images(nodes, lambda n: n.get("removed"))
         images = [n for n in nodes if n["type"] == "image"]
         doc = {**doc, "nodes": nodes}
-        if not images:
+        if not images and needs_images(doc):
             yield dropped(drop_row(doc, "interleaved_images", "no_images"))
             return
         if len(images) > self.cfg["max_images"]:
@@ -432,7 +522,7 @@ class _RemoveFrequent(beam.DoFn):
         text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
         images = [n["image_sha256"] for n in nodes if n["type"] == "image"]
         doc = {**doc, "nodes": nodes, "text": text}
-        if not images:
+        if not images and needs_images(doc):
             yield dropped(drop_row(doc, "interleaved_dedup", "no_images", "every image is on more than "
                                                                             f"{self.max_docs} documents"))
             return
@@ -482,11 +572,11 @@ class _ScoreRelevance(beam.DoFn):
             nodes = _without_images(doc["nodes"], lambda n: id(n) in low)
             kept = [c for k, c in score.items() if k not in low]
             doc = {**doc, "nodes": nodes}
-            if not kept:
+            if not kept and needs_images(doc):
                 yield dropped(drop_row(doc, "interleaved_dedup", "no_images",
                                        f"every image's relevance is below {threshold}"))
             else:
-                yield with_scores(doc, clip_min=min(kept))
+                yield with_scores(doc, clip_min=min(kept)) if kept else doc
 
 
 class ImageAwareDedup(beam.PTransform):
@@ -585,11 +675,16 @@ class ScoreWithVlm(beam.PTransform):
         self.cfg, self.decode = cfg, decode
 
     def expand(self, pcolls):
-        scored = (pcolls | "ImageBytes" >> WithImageBytes()
+        docs, images = pcolls
+        split = docs | "HasImages" >> beam.Partition(
+            lambda d, _: int(any(n["type"] == "image" for n in d["nodes"])), 2)
+        scored = ((split[1], images) | "ImageBytes" >> WithImageBytes()
                   | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_size"])
                   | "Score" >> beam.ParDo(_ScoreVlm(self.cfg, self.decode)).with_outputs(
                       DROPPED, COUNTERS, "recycle", main="docs"))
-        return scored.docs, scored[DROPPED], scored.recycle, scored[COUNTERS]
+        unscored = split[0] | "NoImages" >> beam.Map(lambda _: ("vlm/no_images", 1))  # a PDF without images
+        kept = (scored.docs, split[0]) | "AllKept" >> beam.Flatten()
+        return kept, scored[DROPPED], scored.recycle, (scored[COUNTERS], unscored) | "Counters" >> beam.Flatten()
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -635,22 +730,30 @@ class ScreenText(DocumentStep):
 
 @register
 class InterleavedStage(Stage):
-    """Interleaved image-text documents from the HTML pages of the run's one read, stage 1 of the
-    branch's increasing-cost order, before any image byte is touched: DOM order linearisation
+    """Interleaved image-text documents from the HTML pages and PDFs of the run's one read, stage 1 of
+    the branch's increasing-cost order, before any image is decoded: DOM order linearisation
     (extract/interleaved.py), the image-URL rules, page-chrome images, and OBELICS's corpus-wide URL
-    frequency rule (`max_pages_per_url`, a Beam combine). A document left with no image is
-    `no_images` (its text stays in the text branch). Its `in` counts HTML pages; per image,
+    frequency rule (`max_pages_per_url`, a Beam combine); each PDF parsed by pypdfium2 in a child
+    process with a deadline and a memory limit (extract/pdf.py, extract/sandbox.py): text blocks and
+    embedded images (Form XObjects included) in column-aware XY-cut reading order, page numbers on
+    the nodes, figure captions kept; its images' encoded bytes go to `OUT/images/pdf` for stage 2. A web
+    document left with no image is `no_images` (its text stays in the text branch); a PDF stays a
+    document without images (its text is nowhere else). Its `in` counts HTML pages and PDFs; per image,
     `images/in` = `images/kept` + `images/chrome` + `images/<URL rule>` + `images/frequent_url`."""
 
     name, config, reads, starts_group = "interleaved", InterleavedConfig, READS_INPUT, True
-    schema, settings_from, counts_itself = INTERLEAVED_SCHEMA, ("read",), True
-    reasons = ("no_images", "page_too_large", "page_undecodable", "page_timeout", "duplicate_record")
+    schema, settings_from, counts_itself = INTERLEAVED_SCHEMA, ("read", "write"), True
+    outputs = ("images/pdf",)
+    reasons = ("no_images", "page_too_large", "page_undecodable", "page_timeout", "duplicate_record", *PDF_REASONS)
 
     def build(self, p, cfg, docs, root):
         from pipelines.stages import read_warcs
 
-        res = read_warcs(p, cfg).docs | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name])
-        return Built(res.docs, res.dropped, res.counters)
+        read = read_warcs(p, cfg)
+        res = read.docs | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name], read.pdf)
+        images = res.pdf_images | "interleaved/WritePdfImages" >> io.WriteSortedParquet(
+            io.join(root, "images", "pdf"), PDF_IMAGE_SCHEMA, cfg["write"]["shards"])
+        return Built(res.docs, res.dropped, res.counters, (images,))
 
 
 @register
@@ -710,7 +813,13 @@ class InterleavedImagesStage(Stage):
         from pipelines.image_pairs import IMAGE_SCHEMA
         from pipelines.stages import read_warcs
 
-        kept, images, drops, counters = ((docs, read_warcs(p, cfg).image)
+        from pipelines.stage import writes_of
+
+        pdf_images = (io.after(p, io.join(root, "images", "pdf", "part*.parquet"), writes_of(p, "interleaved"),
+                               "interleaved_images/PdfImages")
+                      | "interleaved_images/ReadPdfImages" >> beam.io.ReadAllFromParquet())
+        records = (read_warcs(p, cfg).image, pdf_images) | "interleaved_images/AllRecords" >> beam.Flatten()
+        kept, images, drops, counters = ((docs, records)
                                          | "interleaved_images/Attach" >> AttachImages(cfg["interleaved"],
                                                                                        cfg["image_pairs"]))
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
