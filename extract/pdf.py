@@ -99,12 +99,15 @@ XY-cut needs; PyMuPDF is AGPL-3.0.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import io
 import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from itertools import repeat
 
+import numpy as np
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
@@ -157,6 +160,41 @@ CAPTION = re.compile(
 
 _HARD_HYPHENS = "-\u2010"
 _SOFT_HYPHEN = "\u00ad"
+# A text object turned by less than this (tangent of its angle) against the page has only characters
+# whose angle rounds to no quarter turn: 26.6 degrees, well inside the 45 where rounding flips, so
+# that float rounding in PDFium's matrix products cannot matter.
+UPRIGHT_TAN = 0.5
+# Kinds of text-page characters (`_kind`); 0 is one that carries nothing.
+_NEWLINE, _SPACE, _GLYPH = 1, 2, 3
+
+
+class _Handle(ctypes.c_void_p):
+    """A PDFium handle as a ctypes object: a c_void_p subclass is not converted to int when returned,
+    so that it can be passed on as a pointer to the `_bind` functions."""
+
+
+def _bind(name: str, restype, *argtypes):
+    """PDFium's function `name` with only the argument types given (by default none): ctypes then
+    passes handles and byref()s as pointers and ints as C ints without a conversion per argument, about
+    half the cost of a call through pypdfium2's bindings, which check every argument's type. That is
+    most of the cost at one call per character or page object."""
+    return ctypes.CFUNCTYPE(restype, *argtypes)(ctypes.cast(getattr(pdfium_c, name), ctypes.c_void_p).value)
+
+
+_GET_UNICODE = _bind("FPDFText_GetUnicode", ctypes.c_uint)
+_GET_LOOSE_CHAR_BOX = _bind("FPDFText_GetLooseCharBox", ctypes.c_int)
+_GET_CHAR_ANGLE = _bind("FPDFText_GetCharAngle", ctypes.c_float)
+_PAGE_COUNT_OBJECTS = _bind("FPDFPage_CountObjects", ctypes.c_int)
+_PAGE_GET_OBJECT = _bind("FPDFPage_GetObject", _Handle)
+_FORM_COUNT_OBJECTS = _bind("FPDFFormObj_CountObjects", ctypes.c_int)
+# The index is an unsigned long, wider than the C int an untyped int becomes.
+_FORM_GET_OBJECT = _bind("FPDFFormObj_GetObject", _Handle, ctypes.c_void_p, ctypes.c_ulong)
+_GET_TYPE = _bind("FPDFPageObj_GetType", ctypes.c_int)
+_GET_MATRIX = _bind("FPDFPageObj_GetMatrix", ctypes.c_int)
+
+
+def _handle(raw) -> _Handle:
+    return _Handle(ctypes.cast(raw, ctypes.c_void_p).value)
 
 
 def parse_pdf(data: bytes, max_pages: int = 500, min_image_side: int = 150) -> dict:
@@ -228,7 +266,7 @@ class _Line:
     fx1: float
     fy1: float
     box: list
-    text: list = field(default_factory=list)
+    text: str = ""
     last_x0: float = 0.0
     last_x1: float = 0.0
     gap_split: bool = False
@@ -250,10 +288,11 @@ def _parse_page(page, page_no: int, min_image_side: int, skipped: _Skipped) -> t
     visible = page.get_bbox()
     textpage = page.get_textpage()
     try:
-        blocks = _blocks(_lines(textpage, visible))
+        objects, upright = _page_objects(page)
+        blocks = _blocks(_lines(textpage, visible, upright))
     finally:
         textpage.close()
-    images = _images(page, page_no, visible, min_image_side, skipped)
+    images = _images(objects, page_no, visible, min_image_side, skipped)
     rotation = page.get_rotation()
     texts = [{"type": "text", "page": page_no, "text": _block_text(b), "bbox": _round(b.box)}
              for b in blocks]
@@ -271,60 +310,197 @@ def _parse_page(page, page_no: int, min_image_side: int, skipped: _Skipped) -> t
     return [items[i] for i in order], bool(texts)
 
 
-def _lines(textpage, visible) -> list[_Line]:
-    """The page's characters grouped into lines, in stream order, then `_rejoin`ed."""
-    lines: list[_Line] = []
-    cur: _Line | None = None
-    space = newline = False
-    rect = pdfium_c.FS_RECTF()
-    left, bottom, right, top = visible
-    for i in range(pdfium_c.FPDFText_CountChars(textpage)):
-        u = pdfium_c.FPDFText_GetUnicode(textpage, i)
-        if u in (0x0A, 0x0D):
-            newline, space = cur is not None, False
-            continue
-        ch = _char(u)
-        if ch is None:
-            continue
-        if ch.isspace():
-            space = cur is not None
-            continue
-        if not pdfium_c.FPDFText_GetLooseCharBox(textpage, i, rect):
-            continue
-        box = (rect.left, rect.bottom, rect.right, rect.top)
-        cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-        if not (left <= cx <= right and bottom <= cy <= top):
-            continue
+def _page_objects(page) -> tuple[list, bool]:
+    """The page's image objects in painting order, those in Form XObjects included, as
+    `page.get_objects(filter=(FPDF_PAGEOBJ_IMAGE,), max_depth=FORM_MAX_DEPTH)` yields them (same
+    `container` and `level`), and whether all text on the page is upright (`_upright`). Walked with raw
+    calls inside map(): get_objects wraps every one of a page's thousands of text and path objects in
+    a Python helper, which costs more than PDFium's parsing of the page; here only images and forms
+    are."""
+    images: list = []
+    upright = True
+    matrix = pdfium_c.FS_MATRIX()
+
+    def walk(parent, form, m, level: int) -> None:
+        # m: (a, b, c, d) of the product of the containing forms' matrices, as PDFium's text page
+        # composes them (CPDF_TextPage::ProcessFormObject).
+        nonlocal upright
+        if form is None:
+            count, get = _PAGE_COUNT_OBJECTS, _PAGE_GET_OBJECT
+        else:
+            count, get = _FORM_COUNT_OBJECTS, _FORM_GET_OBJECT
+        n = count(parent)
+        if n < 0:
+            raise pdfium.PdfiumError("Failed to get number of pageobjects.")
+        objects = list(map(get, repeat(parent, n), range(n)))
+        if not all(objects):
+            raise pdfium.PdfiumError("Failed to get pageobject.")
+        kinds = np.fromiter(map(_GET_TYPE, objects), np.int64, n)
+        if upright:
+            texts = np.flatnonzero(kinds == pdfium_c.FPDF_PAGEOBJ_TEXT).tolist()
+            upright = _upright([objects[i] for i in texts], m)
+        nested = (kinds == pdfium_c.FPDF_PAGEOBJ_IMAGE) | (kinds == pdfium_c.FPDF_PAGEOBJ_FORM)
+        for i in np.flatnonzero(nested).tolist():
+            obj = objects[i]
+            helper = pdfium.PdfObject(ctypes.cast(obj, pdfium_c.FPDF_PAGEOBJECT), page=page, pdf=page.pdf,
+                                      container=form, level=level)
+            if kinds[i] == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+                images.append(helper)
+            elif level >= FORM_MAX_DEPTH - 1:
+                upright = False  # text further down is on the text page but not looked at here
+            else:
+                upright = upright and bool(_GET_MATRIX(obj, ctypes.byref(matrix)))
+                a, b, c, d = matrix.a, matrix.b, matrix.c, matrix.d
+                walk(obj, helper, (a * m[0] + b * m[2], a * m[1] + b * m[3], c * m[0] + d * m[2],
+                                   c * m[1] + d * m[3]), level + 1)
+
+    walk(_handle(page.raw), None, (1.0, 0.0, 0.0, 1.0), 0)
+    return images, upright
+
+
+def _upright(texts: list, m) -> bool:
+    """Whether all text objects `texts`, in forms whose matrix product is m, are drawn at an angle
+    (FPDFText_GetCharAngle: atan2(b, a) of the text matrix times m, PDFium's CFX_Matrix product) that
+    rounds to no quarter turn, with the margin of `UPRIGHT_TAN`."""
+    if not texts:
+        return True
+    matrices = (pdfium_c.FS_MATRIX * len(texts))()
+    size = ctypes.sizeof(pdfium_c.FS_MATRIX)
+    if not all(map(_GET_MATRIX, texts, map(ctypes.byref, repeat(matrices), range(0, len(texts) * size, size)))):
+        return False
+    a, b = np.frombuffer(matrices, np.float32).reshape(-1, 6)[:, :2].astype(np.float64).T
+    a, b = a * m[0] + b * m[2], a * m[1] + b * m[3]
+    return bool(np.all((a > 0) & (np.abs(b) <= UPRIGHT_TAN * a)))
+
+
+def _kind(u: int) -> tuple[int, str]:
+    """A text-page code point's kind (0: carries nothing, _NEWLINE, _SPACE, _GLYPH) and text."""
+    if u in (0x0A, 0x0D):
+        return _NEWLINE, ""
+    ch = _char(u)
+    if ch is None:
+        return 0, ""
+    if ch.isspace():
+        return _SPACE, ""
+    return _GLYPH, ch
+
+
+def _lines(textpage, visible, upright: bool) -> list[_Line]:
+    """The page's characters grouped into lines, in stream order, then `_rejoin`ed.
+
+    PDFium is asked per character inside map() (a loop in C: the code points, then the glyphs' boxes,
+    then the visible glyphs' angles unless the page is `upright`); filters, frames and line boxes are
+    numpy array operations, and the line logic runs in Python only at the `_events`, the characters
+    where a line can break."""
+    handle = _handle(textpage.raw)
+    n = max(pdfium_c.FPDFText_CountChars(textpage), 0)
+    codes = np.fromiter(map(_GET_UNICODE, repeat(handle, n), range(n)), np.uint32, n)
+    codes, inverse = np.unique(codes, return_inverse=True)
+    kinds = [_kind(u) for u in codes.tolist()]
+    kind = np.array([k for k, _ in kinds], np.int8)[inverse]
+    glyphs = np.flatnonzero(kind == _GLYPH)
+    if not len(glyphs):
+        return []
+    rects = (pdfium_c.FS_RECTF * len(glyphs))()
+    size = ctypes.sizeof(pdfium_c.FS_RECTF)
+    found = np.fromiter(map(_GET_LOOSE_CHAR_BOX, repeat(handle), glyphs.tolist(),
+                            map(ctypes.byref, repeat(rects), range(0, len(glyphs) * size, size))),
+                        bool, len(glyphs))
+    # FS_RECTF is (left, top, right, bottom), floats; the arithmetic below is in doubles, as it was
+    # on the Python floats ctypes gives per character. + 0.0 turns -0.0 into 0.0, so that equal
+    # coordinates are equal bits and a line's box does not depend on which of them a reduction keeps.
+    left, top, right, bottom = (np.frombuffer(rects, np.float32).reshape(-1, 4).astype(np.float64) + 0.0).T
+    cx, cy = (left + right) / 2, (bottom + top) / 2
+    x0, y0, x1, y1 = visible
+    keep = found & (x0 <= cx) & (cx <= x1) & (y0 <= cy) & (cy <= y1)
+    index = glyphs[keep]
+    m = len(index)
+    if not m:
+        return []
+    box = [v[keep] for v in (left, bottom, right, top)]
+    if upright:
+        q = np.zeros(m, np.int64)
+        frame = box
+    else:
         # PDFium's angle turns clockwise (text running down the page is pi/2); q counts
         # counterclockwise quarter turns, as in PDF's y-up space.
-        angle = pdfium_c.FPDFText_GetCharAngle(textpage, i)
-        q = -round(angle / (math.pi / 2)) % 4 if angle >= 0 else 0
-        f = _to_frame(box, q)
-        brk = None if cur is None else "line" if cur.q != q else _breaks_line(cur, f)
-        if newline:
-            # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
-            # character carries on right after the last one on the same line.
-            gap = f[0] - cur.last_x1
-            if brk or gap > NEWLINE_CONTINUE_GAP * cur.height:
-                brk = "line"
-            else:
-                space = gap > SPACE_GAP * cur.height
-            newline = False
-        if brk:
-            lines.append(cur)
-            cur = None
-        if cur is None:
-            cur = _Line(q, *f, list(box), gap_split=brk == "gap")
-        else:
-            if space:
-                cur.text.append(" ")
-            cur.extend(f, box)
-        cur.text.append(ch)
-        cur.last_x0, cur.last_x1 = f[0], f[2]
-        space = False
-    if cur is not None:
-        lines.append(cur)
-    return _rejoin(lines)
+        angle = np.fromiter(map(_GET_CHAR_ANGLE, repeat(handle), index.tolist()), np.float64, m)
+        q = np.where(angle >= 0, -np.rint(angle / (math.pi / 2)) % 4, 0).astype(np.int64)
+        frame = _to_frame(box, q)
+    f0, f1, f2, f3 = frame
+    # Whether a line break from PDFium, or a space, comes between a glyph and the one before.
+    newlines, spaces = np.cumsum(kind == _NEWLINE)[index], np.cumsum(kind == _SPACE)[index]
+    after_newline = np.diff(newlines, prepend=newlines[0]) > 0
+    space = np.diff(spaces, prepend=spaces[0]) > 0
+
+    events = _events(frame, q, after_newline)
+    before = events - 1  # -1 for the first glyph, which starts the first line untested
+    starts, gap_splits = [], []
+    fy0 = fy1 = 0.0
+    line_q = 0
+    for i, *f, last_x0, last_x1, qi, newline in zip(
+            events.tolist(), f0[events].tolist(), f1[events].tolist(), f2[events].tolist(),
+            f3[events].tolist(), f0[before].tolist(), f2[before].tolist(), q[events].tolist(),
+            after_newline[events].tolist()):
+        brk = None
+        if starts:
+            h = fy1 - fy0
+            brk = "line" if qi != line_q else _breaks_line(fy0, fy1, last_x0, last_x1, f)
+            if newline:
+                # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
+                # character carries on right after the last one on the same line.
+                gap = f[0] - last_x1
+                if brk or gap > NEWLINE_CONTINUE_GAP * h:
+                    brk = "line"
+                else:
+                    space[i] = gap > SPACE_GAP * h
+            if not brk:
+                fy0, fy1 = min(fy0, f[1]), max(fy1, f[3])
+                continue
+        starts.append(i)
+        gap_splits.append(brk == "gap")
+        space[i] = False
+        fy0, fy1, line_q = f[1], f[3], qi
+
+    text = np.array([t for _, t in kinds], object)
+    texts = np.where(space, (" " + text)[inverse[index]], text[inverse[index]]).tolist()
+    begin = np.array(starts)
+    end = np.append(begin[1:], m)
+    # Min and max per line: a line's box, in its upright frame and on the page.
+    fbox = [r.reduceat(v, begin).tolist() for r, v in zip(_MIN_MAX, frame)]
+    pbox = fbox if upright else [r.reduceat(v, begin).tolist() for r, v in zip(_MIN_MAX, box)]
+    return _rejoin([_Line(lq, *fb, list(pb), "".join(texts[s:e]), lx0, lx1, gap_split)
+                    for lq, *fb, pb, s, e, lx0, lx1, gap_split in zip(
+                        q[begin].tolist(), *fbox, zip(*pbox), starts, end.tolist(), f0[end - 1].tolist(),
+                        f2[end - 1].tolist(), gap_splits)])
+
+
+# How a line's box (x0, y0, x1, y1) comes from its characters' boxes.
+_MIN_MAX = (np.minimum, np.minimum, np.maximum, np.maximum)
+
+
+def _events(frame, q, after_newline):
+    """Indices of the characters at which `_lines` runs its line logic: all but those that provably
+    continue the line of the character before without changing its vertical extent.
+
+    Such a character has the same orientation, no line break from PDFium before it, a positive height
+    fh, x steps that `_breaks_line` rejects even with fh as the line height (the line's is at least
+    fh), and a box vertically within boxes known to be on the line: its overlap with the line is then
+    fh, which passes the baseline test, and the line's extent stays. Known to be on the line are the
+    character before and the last event before it (a line starts at an event, so any superset of the
+    line starts will do). The first round takes the character before alone; the second adds the last
+    event of the first, which drops the events at taller letters ("d" after "a") once the line has
+    had one."""
+    f0, f1, f2, f3 = frame
+    fh = f3 - f1
+    plain = ((q[1:] == q[:-1]) & ~after_newline[1:] & (fh[1:] > 0) & (f0[1:] >= f0[:-1] - 0.5 * fh[1:])
+             & ~(f0[1:] - f2[:-1] > LINE_SPLIT_GAP * fh[1:]))
+    low, high = f1[:-1], f3[:-1]
+    event = np.concatenate(([True], ~(plain & (f1[1:] >= low) & (f3[1:] <= high))))
+    last = np.maximum.accumulate(np.where(event, np.arange(len(f0)), 0))[:-1]
+    low, high = np.minimum(low, f1[last]), np.maximum(high, f3[last])
+    event[1:] = ~(plain & (f1[1:] >= low) & (f3[1:] <= high))
+    return np.flatnonzero(event)
 
 
 def _rejoin(lines: list[_Line]) -> list[_Line]:
@@ -342,8 +518,7 @@ def _rejoin(lines: list[_Line]) -> list[_Line]:
     for line in lines:
         if line.gap_split and out and not _gutter(out[-1], line, by_bottom, bottoms, tallest):
             prev = out[-1]
-            prev.text.append(" ")
-            prev.text += line.text
+            prev.text += " " + line.text
             prev.extend((line.fx0, line.fy0, line.fx1, line.fy1), line.box)
             prev.last_x0, prev.last_x1 = line.last_x0, line.last_x1
         else:
@@ -374,28 +549,26 @@ def _char(u: int) -> str | None:
     return ch
 
 
-def _breaks_line(cur: _Line, f) -> str | None:
-    """"line" when the character `f` starts another line, "gap" when it continues this line's
-    baseline after a gap wide enough to be a column gutter, else None."""
-    h = cur.height
-    overlap = min(cur.fy1, f[3]) - max(cur.fy0, f[1])
+def _breaks_line(fy0: float, fy1: float, last_x0: float, last_x1: float, f) -> str | None:
+    """"line" when the character `f` starts another line than the one of vertical extent fy0..fy1
+    whose last character spans last_x0..last_x1, "gap" when it continues that line's baseline after a
+    gap wide enough to be a column gutter, else None."""
+    h = fy1 - fy0
+    overlap = min(fy1, f[3]) - max(fy0, f[1])
     # A jump back is measured from the last character's left edge: the code points of one ligature
     # glyph ("ffi") share its box, and kerning overlaps boxes only slightly.
-    if overlap < 0.5 * min(h, f[3] - f[1]) or f[0] < cur.last_x0 - 0.5 * h:
+    if overlap < 0.5 * min(h, f[3] - f[1]) or f[0] < last_x0 - 0.5 * h:
         return "line"
-    return "gap" if f[0] - cur.last_x1 > LINE_SPLIT_GAP * h else None
+    return "gap" if f[0] - last_x1 > LINE_SPLIT_GAP * h else None
 
 
-def _to_frame(box, q: int):
-    """`box` rotated by -q quarter turns, so that text at angle q runs left to right, y up."""
+def _to_frame(box, q):
+    """The boxes (arrays x0, y0, x1, y1) each rotated by -q quarter turns (array), so that text at
+    angle q runs left to right, y up."""
     x0, y0, x1, y1 = box
-    if q == 0:
-        return box
-    if q == 1:
-        return (y0, -x1, y1, -x0)
-    if q == 2:
-        return (-x1, -y1, -x0, -y0)
-    return (-y1, x0, -y0, x1)
+    turns = [q == 1, q == 2, q == 3]
+    return (np.select(turns, [y0, -x1, -y1], x0), np.select(turns, [-x1, -y1, x0], y0),
+            np.select(turns, [y1, -x0, -y0], x1), np.select(turns, [-x0, -y0, x1], y1))
 
 
 def _to_display(box, rotation: int, visible):
@@ -458,7 +631,7 @@ def _starts_paragraph(block: _Line, line: _Line) -> bool:
 def _block_text(block: _Line) -> str:
     text = ""
     for line in block.lines:
-        t = "".join(line.text).strip()
+        t = line.text.strip()
         if not t:
             continue
         if not text:
@@ -473,10 +646,10 @@ def _block_text(block: _Line) -> str:
     return " ".join(text.replace(_SOFT_HYPHEN, "").split())
 
 
-def _images(page, page_no: int, visible, min_image_side: int, skipped: _Skipped) -> list[dict]:
+def _images(objects: list, page_no: int, visible, min_image_side: int, skipped: _Skipped) -> list[dict]:
     nodes = []
     page_area = _area(visible)
-    for obj in page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_IMAGE,), max_depth=FORM_MAX_DEPTH):
+    for obj in objects:
         try:
             width, height = obj.get_px_size()
             if min(width, height) < min_image_side:

@@ -635,7 +635,6 @@ class PackStage(Stage):
 
     def build(self, p, cfg, docs, root):
         from packing.config import pack_config
-        from pipelines.config import ConfigError
         from pipelines.stage import writes_of
         from packing.transforms import BuildShards, ShardInputs
 
@@ -648,12 +647,11 @@ class PackStage(Stage):
         dedup = {name: tuple(read(name, f"dropped/{d}") for d in DEDUP_STAGES[name]
                              if cfg["write_dropped"] and d in STAGES and (cfg["stages"] is None or d in cfg["stages"]))
                  for name in DEDUP_STAGES if name in inputs}
-        if "write" not in inputs:
-            raise ConfigError("stages: pack mixes the final text documents; add write (and the stages before it)")
+        text = inputs.get("write") or p | "pack/NoText" >> beam.Create([])  # a run of the image branches alone
         others = ShardInputs(inputs.get("interleaved_write"), inputs.get("image_pairs"), dedup.get("write", ()),
                              dedup.get("interleaved_write", ()))
         pack_cfg = {**pack_config(cfg["pack"]), "vision": cfg["interleaved"]["vision"]}
-        built = inputs["write"] | "BuildShards" >> BuildShards(pack_cfg, io.join(root, "shards"), others)
+        built = text | "BuildShards" >> BuildShards(pack_cfg, io.join(root, "shards"), others)
         counted = [built.counters, built.packed | "CountPacked" >> beam.Map(lambda _: ("out", 1))]
         counted += [docs_in | f"pack/In {name}" >> beam.Map(lambda _: ("in", 1)) for name, docs_in in inputs.items()]
         drops = built.dropped | "pack/DropRows" >> beam.Map(_sample_drop)

@@ -458,19 +458,16 @@ def test_pdfs_become_interleaved_documents_or_carry_their_reason(tmp_path):
     """Seven real PDFs through the interleaved stages (parsed in the sandbox's child processes): the
     encrypted, broken and scanned ones carry their reasons; the others are `kind = "pdf"` documents
     whose nodes hold every page in order, whose images (the labelled count, after the 150 px rule) are
-    decoded from the PDF's own bytes into the image store; 1 and 2 workers give the same bytes."""
+    decoded from the PDF's own bytes into the image store, and become whole image spans in the shards.
+    (1 and 2 workers: the branch's identity is test_interleaved_images_from_the_warc's; the parse is
+    deterministic, tests/test_pdf.py.)"""
     from tests.warc_factory import DATA  # noqa: F401  (the fixtures' package)
 
     labels = _pdf_warc(tmp_path / "pdfs.warc.gz")
     # lorem ipsum (two of the files) is Latin at a low language-ID confidence, and fails the text rules
     sections = {"language": {"min_score": 0.1}, "interleaved": {"max_aspect": 10.0},
                 "quality": {"c4": False, "fineweb": False, "gopher_quality": False, "gopher_repetition": False}}
-    stages = _run_branch(tmp_path / "pdfs.warc.gz", tmp_path / "one", 1, **sections)
-    _run_branch(tmp_path / "pdfs.warc.gz", tmp_path / "two", 2, **sections)
-    for folder in ("docs/interleaved", "images/interleaved", "images/pdf"):
-        one = {p.name: p.read_bytes() for p in sorted((tmp_path / "one" / folder).glob("*.parquet"))}
-        two = {p.name: p.read_bytes() for p in sorted((tmp_path / "two" / folder).glob("*.parquet"))}
-        assert one == two and one, folder
+    stages = _run_branch(tmp_path / "pdfs.warc.gz", tmp_path / "one", 1, also=("pack",), **sections)
     by_url = {lab["url"]: lab for lab in labels}
     reasons = {r["url"]: r["reason"] for r in _rows(tmp_path / "one" / "dropped" / "interleaved")}
     docs = {d["url"]: d for d in _rows(tmp_path / "one" / "docs" / "interleaved")}
@@ -488,3 +485,31 @@ def test_pdfs_become_interleaved_documents_or_carry_their_reason(tmp_path):
     shas = [n["image_sha256"] for d in docs.values() for n in d["nodes"] if n["type"] == "image"]
     assert shas and set(shas) == store
     assert stages["interleaved"]["extra"]["pdf/in"] == len(labels)
+    _check_image_spans(tmp_path / "one")
+
+
+def _check_image_spans(out: Path) -> None:
+    """Each span of the shards names an image of OUT/images/ (its sha256) at the size the vision policy
+    gives that image and covers exactly `tokens` placeholder ids inside one segment; the run manifest's
+    image count adds up to the spans'."""
+    import json
+
+    from packing.shards import open_shards
+    from packing.vision import fitted_size, visual_tokens
+
+    store = {r["sha256"]: r for folder in ("images/pairs", "images/interleaved") for r in _rows(out / folder)}
+    run_meta = json.loads((out / "shards" / "manifest.json").read_text())
+    spans = 0
+    for phase in run_meta["phases"]:
+        image_id = json.loads((out / "shards" / phase / "manifest.json").read_text())["image_token_id"]
+        for item in open_shards(str(out / "shards" / phase)):
+            ids, cu = item["input_ids"], item["cu_seqlens"]
+            for span in item["images"]:
+                image = store[span["sha256"]]
+                assert (span["width"], span["height"]) == fitted_size(image["width"], image["height"])
+                assert span["tokens"] == visual_tokens(image["width"], image["height"])
+                a, b = span["pos"], span["pos"] + span["tokens"]
+                assert (ids[a:b] == image_id).all() and any(cu[k] <= a and b <= cu[k + 1] for k in range(len(cu) - 1))
+                spans += 1
+            assert int((ids == image_id).sum()) == sum(s["tokens"] for s in item["images"])
+    assert spans == sum(m["images"] for m in run_meta["phases"].values()) > 0

@@ -98,10 +98,11 @@ def test_exact_duplicates_name_their_survivor(one_worker):
 
 
 def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
-    """Every final output, the multimodal shards and the run's manifest included."""
+    """The text branch's documents and the shards (the image branches and the multimodal shards have
+    their own such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py)."""
     out1, _ = one_worker
-    run(load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2))
-    outputs = ["docs/text", "docs/interleaved", "docs/pairs", "images", "shards"]
+    run({**load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2), "stages": TEXT_BRANCH + ["pack"]})
+    outputs = ["docs/text", "shards"]
     files1 = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
     files2 = sorted(p.relative_to(tmp_path) for o in outputs for p in (tmp_path / o).rglob("*") if p.is_file())
     assert files1 == files2 and any(p.suffix == ".arrow" for p in files1)
@@ -396,29 +397,3 @@ def test_the_report_renders_every_plot_in_a_real_browser(one_worker):
     pixels = np.asarray(Image.open(io.BytesIO(shot)).convert("L"))
     assert plots >= 20 and drawn == plots and errors == []
     assert pixels.std() > 10 and (pixels < 128).mean() > 0.01  # text and bars, not a blank page
-
-
-def test_every_image_span_of_the_shards_is_a_stored_image_at_its_resized_size(one_worker):
-    """Each span names an image of OUT/images/ (its sha256), at the size the vision policy gives that
-    image, and covers exactly `tokens` placeholder ids inside one segment; the run manifest's visual
-    tokens add up to the spans'."""
-    from packing.shards import open_shards
-    from packing.vision import fitted_size, visual_tokens
-
-    out, _ = one_worker
-    store = {r["sha256"]: r for folder in ("images/pairs", "images/interleaved") for r in rows(out / folder)}
-    run_meta = json.loads((out / "shards" / "manifest.json").read_text())
-    spans = 0
-    for phase in run_meta["phases"]:
-        image_id = json.loads((out / "shards" / phase / "manifest.json").read_text())["image_token_id"]
-        for item in open_shards(str(out / "shards" / phase)):
-            ids, cu = item["input_ids"], item["cu_seqlens"]
-            for span in item["images"]:
-                image = store[span["sha256"]]
-                assert (span["width"], span["height"]) == fitted_size(image["width"], image["height"])
-                assert span["tokens"] == visual_tokens(image["width"], image["height"])
-                a, b = span["pos"], span["pos"] + span["tokens"]
-                assert (ids[a:b] == image_id).all() and any(cu[k] <= a and b <= cu[k + 1] for k in range(len(cu) - 1))
-                spans += 1
-            assert int((ids == image_id).sum()) == sum(s["tokens"] for s in item["images"])
-    assert spans == sum(m["images"] for m in run_meta["phases"].values()) > 0
