@@ -102,12 +102,12 @@ import bisect
 import ctypes
 import io
 import math
+import operator
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, compress, repeat
 
-import numpy as np
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
@@ -166,6 +166,8 @@ _SOFT_HYPHEN = "\u00ad"
 UPRIGHT_TAN = 0.5
 # Kinds of text-page characters (`_kind`); 0 is one that carries nothing.
 _NEWLINE, _SPACE, _GLYPH = 1, 2, 3
+# A line break's weight in `_lines`'s running count, above any number of spaces on a page.
+_NEWLINE_WEIGHT = 1 << 32
 
 
 class _Handle(ctypes.c_void_p):
@@ -315,8 +317,8 @@ def _page_objects(page) -> tuple[list, bool]:
     `page.get_objects(filter=(FPDF_PAGEOBJ_IMAGE,), max_depth=FORM_MAX_DEPTH)` yields them (same
     `container` and `level`), and whether all text on the page is upright (`_upright`). Walked with raw
     calls inside map(): get_objects wraps every one of a page's thousands of text and path objects in
-    a Python helper, which costs more than PDFium's parsing of the page; here only images and forms
-    are."""
+    a Python helper, which costs about as much as PDFium's loading of the page; here only images and
+    forms are."""
     images: list = []
     upright = True
     matrix = pdfium_c.FS_MATRIX()
@@ -335,20 +337,20 @@ def _page_objects(page) -> tuple[list, bool]:
         objects = list(map(get, repeat(parent, n), range(n)))
         if not all(objects):
             raise pdfium.PdfiumError("Failed to get pageobject.")
-        kinds = np.fromiter(map(_GET_TYPE, objects), np.int64, n)
+        kinds = list(map(_GET_TYPE, objects))
         if upright:
-            texts = np.flatnonzero(kinds == pdfium_c.FPDF_PAGEOBJ_TEXT).tolist()
-            upright = _upright([objects[i] for i in texts], m)
-        nested = (kinds == pdfium_c.FPDF_PAGEOBJ_IMAGE) | (kinds == pdfium_c.FPDF_PAGEOBJ_FORM)
-        for i in np.flatnonzero(nested).tolist():
-            obj = objects[i]
+            upright = _upright([o for o, k in zip(objects, kinds) if k == pdfium_c.FPDF_PAGEOBJ_TEXT], m)
+        for obj, kind in zip(objects, kinds):
+            if kind != pdfium_c.FPDF_PAGEOBJ_IMAGE and kind != pdfium_c.FPDF_PAGEOBJ_FORM:
+                continue
             helper = pdfium.PdfObject(ctypes.cast(obj, pdfium_c.FPDF_PAGEOBJECT), page=page, pdf=page.pdf,
                                       container=form, level=level)
-            if kinds[i] == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            if kind == pdfium_c.FPDF_PAGEOBJ_IMAGE:
                 images.append(helper)
             elif level >= FORM_MAX_DEPTH - 1:
                 upright = False  # text further down is on the text page but not looked at here
             else:
+                # (the product is only looked at while the page is still upright)
                 upright = upright and bool(_GET_MATRIX(obj, ctypes.byref(matrix)))
                 a, b, c, d = matrix.a, matrix.b, matrix.c, matrix.d
                 walk(obj, helper, (a * m[0] + b * m[2], a * m[1] + b * m[3], c * m[0] + d * m[2],
@@ -362,15 +364,20 @@ def _upright(texts: list, m) -> bool:
     """Whether all text objects `texts`, in forms whose matrix product is m, are drawn at an angle
     (FPDFText_GetCharAngle: atan2(b, a) of the text matrix times m, PDFium's CFX_Matrix product) that
     rounds to no quarter turn, with the margin of `UPRIGHT_TAN`."""
-    if not texts:
-        return True
     matrices = (pdfium_c.FS_MATRIX * len(texts))()
     size = ctypes.sizeof(pdfium_c.FS_MATRIX)
-    if not all(map(_GET_MATRIX, texts, map(ctypes.byref, repeat(matrices), range(0, len(texts) * size, size)))):
+    refs = map(ctypes.byref, repeat(matrices), range(0, len(texts) * size, size))
+    if not all(map(_GET_MATRIX, texts, refs)):
         return False
-    a, b = np.frombuffer(matrices, np.float32).reshape(-1, 6)[:, :2].astype(np.float64).T
-    a, b = a * m[0] + b * m[2], a * m[1] + b * m[3]
-    return bool(np.all((a > 0) & (np.abs(b) <= UPRIGHT_TAN * a)))
+    values = _floats(matrices)  # a, b, c, d, e, f per matrix
+    m0, m1, m2, m3 = m
+    return all(a * m0 + b * m2 > 0 and abs(a * m1 + b * m3) <= UPRIGHT_TAN * (a * m0 + b * m2)
+               for a, b in zip(values[0::6], values[1::6]))
+
+
+def _floats(structs) -> list[float]:
+    """The float fields of a ctypes array of all-float structs, in memory order."""
+    return memoryview(structs).cast("B").cast("f").tolist()
 
 
 def _kind(u: int) -> tuple[int, str]:
@@ -389,118 +396,92 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
     """The page's characters grouped into lines, in stream order, then `_rejoin`ed.
 
     PDFium is asked per character inside map() (a loop in C: the code points, then the glyphs' boxes,
-    then the visible glyphs' angles unless the page is `upright`); filters, frames and line boxes are
-    numpy array operations, and the line logic runs in Python only at the `_events`, the characters
-    where a line can break."""
+    then the visible glyphs' angles unless the page is `upright`), and a character within the current
+    line's vertical extent that passes the x tests takes a short path (see the loop). Line boxes are
+    min()/max() over slices, which keep the first of equal values as a running min/max does."""
     handle = _handle(textpage.raw)
     n = max(pdfium_c.FPDFText_CountChars(textpage), 0)
-    codes = np.fromiter(map(_GET_UNICODE, repeat(handle, n), range(n)), np.uint32, n)
-    codes, inverse = np.unique(codes, return_inverse=True)
-    kinds = [_kind(u) for u in codes.tolist()]
-    kind = np.array([k for k, _ in kinds], np.int8)[inverse]
-    glyphs = np.flatnonzero(kind == _GLYPH)
-    if not len(glyphs):
-        return []
+    codes = list(map(_GET_UNICODE, repeat(handle, n), range(n)))
+    # Per code point: its text, whether it is a glyph, and its weight in a running count of line
+    # breaks (high bits) and spaces (low bits), whose steps from glyph to glyph say what came between.
+    text, glyph, weight = {}, {}, {}
+    for u in set(codes):
+        kind, text[u] = _kind(u)
+        glyph[u] = kind == _GLYPH
+        weight[u] = _NEWLINE_WEIGHT if kind == _NEWLINE else int(kind == _SPACE)
+    glyphs = list(compress(range(n), map(glyph.__getitem__, codes)))
     rects = (pdfium_c.FS_RECTF * len(glyphs))()
     size = ctypes.sizeof(pdfium_c.FS_RECTF)
-    found = np.fromiter(map(_GET_LOOSE_CHAR_BOX, repeat(handle), glyphs.tolist(),
-                            map(ctypes.byref, repeat(rects), range(0, len(glyphs) * size, size))),
-                        bool, len(glyphs))
-    # FS_RECTF is (left, top, right, bottom), floats; the arithmetic below is in doubles, as it was
-    # on the Python floats ctypes gives per character. + 0.0 turns -0.0 into 0.0, so that equal
-    # coordinates are equal bits and a line's box does not depend on which of them a reduction keeps.
-    left, top, right, bottom = (np.frombuffer(rects, np.float32).reshape(-1, 4).astype(np.float64) + 0.0).T
-    cx, cy = (left + right) / 2, (bottom + top) / 2
+    refs = map(ctypes.byref, repeat(rects), range(0, len(glyphs) * size, size))
+    found = list(map(_GET_LOOSE_CHAR_BOX, repeat(handle), glyphs, refs))
+    values = _floats(rects)  # FS_RECTF: left, top, right, bottom
+    lefts, tops, rights, bottoms = values[0::4], values[1::4], values[2::4], values[3::4]
     x0, y0, x1, y1 = visible
-    keep = found & (x0 <= cx) & (cx <= x1) & (y0 <= cy) & (cy <= y1)
-    index = glyphs[keep]
+    keep = [ok and x0 <= (l + r) / 2 <= x1 and y0 <= (b + t) / 2 <= y1
+            for ok, l, t, r, b in zip(found, lefts, tops, rights, bottoms)]
+    index = list(compress(glyphs, keep))
+    box = [list(compress(v, keep)) for v in (lefts, bottoms, rights, tops)]
     m = len(index)
-    if not m:
-        return []
-    box = [v[keep] for v in (left, bottom, right, top)]
     if upright:
-        q = np.zeros(m, np.int64)
+        quarters = [0] * m
         frame = box
     else:
         # PDFium's angle turns clockwise (text running down the page is pi/2); q counts
         # counterclockwise quarter turns, as in PDF's y-up space.
-        angle = np.fromiter(map(_GET_CHAR_ANGLE, repeat(handle), index.tolist()), np.float64, m)
-        q = np.where(angle >= 0, -np.rint(angle / (math.pi / 2)) % 4, 0).astype(np.int64)
-        frame = _to_frame(box, q)
+        quarters = [-round(angle / (math.pi / 2)) % 4 if angle >= 0 else 0
+                    for angle in map(_GET_CHAR_ANGLE, repeat(handle), index)]
+        frame = [list(v) for v in zip(*map(_to_frame, zip(*box), quarters))] or [[], [], [], []]
+    counts = list(accumulate(map(weight.__getitem__, codes)))
+    at = list(map(counts.__getitem__, index))
+    steps = [0] + list(map(operator.sub, at[1:], at[:-1]))
+
+    starts, gap_splits, spaced = [], [], []
+    fy0 = fy1 = last_x0 = last_x1 = back = gutter = 0.0
+    line_q = -1
+    for i, (a0, a1, a2, a3, q, step) in enumerate(zip(*frame, quarters, steps)):
+        if (step < _NEWLINE_WEIGHT and q == line_q and fy0 <= a1 and a3 <= fy1 and a1 < a3
+                and a0 >= last_x0 - back and not a0 - last_x1 > gutter):
+            # The short path, the outcome of the long one for most characters: no line break from
+            # PDFium, the box lies within the line's extent, so the overlap is its height and passes
+            # the baseline test, the x tests are those of _breaks_line, and the extent stays.
+            if step:  # a space came between
+                spaced.append(i)
+            last_x0, last_x1 = a0, a2
+            continue
+        newline, space, f = step >= _NEWLINE_WEIGHT, step % _NEWLINE_WEIGHT > 0, (a0, a1, a2, a3)
+        h = fy1 - fy0
+        brk = None if line_q < 0 else "line" if q != line_q else _breaks_line(fy0, fy1, last_x0, last_x1, f)
+        if newline:
+            # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
+            # character carries on right after the last one on the same line.
+            gap = a0 - last_x1
+            if brk or gap > NEWLINE_CONTINUE_GAP * h:
+                brk = "line"
+            else:
+                space = gap > SPACE_GAP * h
+        if brk or line_q < 0:
+            starts.append(i)
+            gap_splits.append(brk == "gap")
+            fy0, fy1, line_q = a1, a3, q
+        else:
+            if space:
+                spaced.append(i)
+            fy0, fy1 = min(fy0, a1), max(fy1, a3)
+        h = fy1 - fy0
+        back, gutter = 0.5 * h, LINE_SPLIT_GAP * h  # the x tests of _breaks_line for the short path
+        last_x0, last_x1 = a0, a2
+
+    texts = list(map(text.__getitem__, map(codes.__getitem__, index)))
+    for i in spaced:
+        texts[i] = " " + texts[i]
     f0, f1, f2, f3 = frame
-    # Whether a line break from PDFium, or a space, comes between a glyph and the one before.
-    newlines, spaces = np.cumsum(kind == _NEWLINE)[index], np.cumsum(kind == _SPACE)[index]
-    after_newline = np.diff(newlines, prepend=newlines[0]) > 0
-    space = np.diff(spaces, prepend=spaces[0]) > 0
-
-    events = _events(frame, q, after_newline)
-    before = events - 1  # -1 for the first glyph, which starts the first line untested
-    starts, gap_splits = [], []
-    fy0 = fy1 = 0.0
-    line_q = 0
-    for i, *f, last_x0, last_x1, qi, newline in zip(
-            events.tolist(), f0[events].tolist(), f1[events].tolist(), f2[events].tolist(),
-            f3[events].tolist(), f0[before].tolist(), f2[before].tolist(), q[events].tolist(),
-            after_newline[events].tolist()):
-        brk = None
-        if starts:
-            h = fy1 - fy0
-            brk = "line" if qi != line_q else _breaks_line(fy0, fy1, last_x0, last_x1, f)
-            if newline:
-                # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
-                # character carries on right after the last one on the same line.
-                gap = f[0] - last_x1
-                if brk or gap > NEWLINE_CONTINUE_GAP * h:
-                    brk = "line"
-                else:
-                    space[i] = gap > SPACE_GAP * h
-            if not brk:
-                fy0, fy1 = min(fy0, f[1]), max(fy1, f[3])
-                continue
-        starts.append(i)
-        gap_splits.append(brk == "gap")
-        space[i] = False
-        fy0, fy1, line_q = f[1], f[3], qi
-
-    text = np.array([t for _, t in kinds], object)
-    texts = np.where(space, (" " + text)[inverse[index]], text[inverse[index]]).tolist()
-    begin = np.array(starts)
-    end = np.append(begin[1:], m)
-    # Min and max per line: a line's box, in its upright frame and on the page.
-    fbox = [r.reduceat(v, begin).tolist() for r, v in zip(_MIN_MAX, frame)]
-    pbox = fbox if upright else [r.reduceat(v, begin).tolist() for r, v in zip(_MIN_MAX, box)]
-    return _rejoin([_Line(lq, *fb, list(pb), "".join(texts[s:e]), lx0, lx1, gap_split)
-                    for lq, *fb, pb, s, e, lx0, lx1, gap_split in zip(
-                        q[begin].tolist(), *fbox, zip(*pbox), starts, end.tolist(), f0[end - 1].tolist(),
-                        f2[end - 1].tolist(), gap_splits)])
-
-
-# How a line's box (x0, y0, x1, y1) comes from its characters' boxes.
-_MIN_MAX = (np.minimum, np.minimum, np.maximum, np.maximum)
-
-
-def _events(frame, q, after_newline):
-    """Indices of the characters at which `_lines` runs its line logic: all but those that provably
-    continue the line of the character before without changing its vertical extent.
-
-    Such a character has the same orientation, no line break from PDFium before it, a positive height
-    fh, x steps that `_breaks_line` rejects even with fh as the line height (the line's is at least
-    fh), and a box vertically within boxes known to be on the line: its overlap with the line is then
-    fh, which passes the baseline test, and the line's extent stays. Known to be on the line are the
-    character before and the last event before it (a line starts at an event, so any superset of the
-    line starts will do). The first round takes the character before alone; the second adds the last
-    event of the first, which drops the events at taller letters ("d" after "a") once the line has
-    had one."""
-    f0, f1, f2, f3 = frame
-    fh = f3 - f1
-    plain = ((q[1:] == q[:-1]) & ~after_newline[1:] & (fh[1:] > 0) & (f0[1:] >= f0[:-1] - 0.5 * fh[1:])
-             & ~(f0[1:] - f2[:-1] > LINE_SPLIT_GAP * fh[1:]))
-    low, high = f1[:-1], f3[:-1]
-    event = np.concatenate(([True], ~(plain & (f1[1:] >= low) & (f3[1:] <= high))))
-    last = np.maximum.accumulate(np.where(event, np.arange(len(f0)), 0))[:-1]
-    low, high = np.minimum(low, f1[last]), np.maximum(high, f3[last])
-    event[1:] = ~(plain & (f1[1:] >= low) & (f3[1:] <= high))
-    return np.flatnonzero(event)
+    lines = []
+    for s, e, gap_split in zip(starts, starts[1:] + [m], gap_splits):
+        fbox = [min(f0[s:e]), min(f1[s:e]), max(f2[s:e]), max(f3[s:e])]
+        pbox = fbox if upright else [min(box[0][s:e]), min(box[1][s:e]), max(box[2][s:e]), max(box[3][s:e])]
+        lines.append(_Line(quarters[s], *fbox, list(pbox), "".join(texts[s:e]), f0[e - 1], f2[e - 1],
+                           gap_split))
+    return _rejoin(lines)
 
 
 def _rejoin(lines: list[_Line]) -> list[_Line]:
@@ -562,13 +543,16 @@ def _breaks_line(fy0: float, fy1: float, last_x0: float, last_x1: float, f) -> s
     return "gap" if f[0] - last_x1 > LINE_SPLIT_GAP * h else None
 
 
-def _to_frame(box, q):
-    """The boxes (arrays x0, y0, x1, y1) each rotated by -q quarter turns (array), so that text at
-    angle q runs left to right, y up."""
+def _to_frame(box, q: int):
+    """`box` rotated by -q quarter turns, so that text at angle q runs left to right, y up."""
     x0, y0, x1, y1 = box
-    turns = [q == 1, q == 2, q == 3]
-    return (np.select(turns, [y0, -x1, -y1], x0), np.select(turns, [-x1, -y1, x0], y0),
-            np.select(turns, [y1, -x0, -y0], x1), np.select(turns, [-x0, -y0, x1], y1))
+    if q == 0:
+        return box
+    if q == 1:
+        return (y0, -x1, y1, -x0)
+    if q == 2:
+        return (-x1, -y1, -x0, -y0)
+    return (-y1, x0, -y0, x1)
 
 
 def _to_display(box, rotation: int, visible):

@@ -3,6 +3,7 @@ images (nested Form XObjects, the size rules, raw JPEG pass-through), captions, 
 determinism. Real PDFs are the fixtures in tests/data/pdf (see its SOURCE.md); the synthetic ones are
 written here in raw PDF syntax, so every coordinate they test is known."""
 
+import ctypes
 import difflib
 import io
 import json
@@ -17,7 +18,7 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
-from extract.pdf import CAPTION, _to_display, parse_pdf, xy_cut
+from extract.pdf import CAPTION, FORM_MAX_DEPTH, _lines, _page_objects, _to_display, parse_pdf, xy_cut
 
 DATA = Path(__file__).parent / "data" / "pdf"
 LABELS = {json.loads(line)["path"].rsplit("/", 1)[-1]: json.loads(line)
@@ -261,6 +262,51 @@ def test_margin_stamp_is_one_line():
     stamp = text(30, 250, "arXiv:1905.00001v1 [cs.CL] 1 May 2019", size=20, matrix="0 1 -1 0")
     result = parse_pdf(document([stamp + text(72, 700, "Title") + text(72, 600, "Body.")]))
     assert [n["text"] for n in result["nodes"]] == ["arXiv:1905.00001v1 [cs.CL] 1 May 2019", "Title", "Body."]
+
+
+def test_raw_object_walk_and_upright_pages_match_the_per_object_and_per_character_calls():
+    # _page_objects walks the page objects with raw calls and tells from the text objects' matrices
+    # (times their forms') whether the page needs per-character angles; it must give the images
+    # get_objects gives, and the lines of the per-character angles.
+    def address(raw):
+        return ctypes.cast(raw, ctypes.c_void_p).value
+
+    def chain(obj):
+        return None if obj is None else (address(obj.raw), obj.level, chain(obj.container))
+
+    line = text(72, 300, "Upright line")
+    stamp = text(30, 250, "arXiv:1905.00001v1 [cs.CL]", size=20, matrix="0 1 -1 0")
+    fonts = b"/Font << /F1 3 0 R >>"
+    straight, turned, turned_back = b"1 0 0 1 0 0", b"0 1 -1 0 600 0", b"0 -1 1 0 0 600"
+    # (content, the form X4 it draws, whether the page is upright). PDFium folds a form's /Matrix
+    # into its objects; the cm in force at its Do is the form object's own matrix.
+    synthetic = [
+        (line, None, True),
+        (line + stamp, None, False),                                             # margin stamp
+        (b"/X4 Do\n", form(line, turned, fonts), False),                         # a turning /Matrix
+        (b"q %s cm /X4 Do Q\n" % turned, form(line, straight, fonts), False),    # a form drawn turned
+        (b"q %s cm /X4 Do Q\n" % turned_back, form(stamp, straight, fonts), True),  # turned text turned back
+    ]
+    cases = [(document([content], (xobject,) if xobject else ()), upright)
+             for content, xobject, upright in synthetic]
+    cases += [(pdf_bytes(name), None) for name in ("N18-3011.pdf", "multicolumn.pdf",
+                                                  "imagemagick-images.pdf")]
+    for data, expected_upright in cases:
+        doc = pdfium.PdfDocument(data)
+        for page in doc:
+            images, upright = _page_objects(page)
+            expected = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=FORM_MAX_DEPTH)
+            assert [chain(o) for o in images] == [chain(o) for o in expected]
+            assert expected_upright in (None, upright)
+            textpage = page.get_textpage()
+            if upright:
+                angles = map(pdfium.raw.FPDFText_GetCharAngle, [textpage] * textpage.count_chars(),
+                             range(textpage.count_chars()))
+                assert all(round(a / (np.pi / 2)) % 4 == 0 for a in angles if a >= 0)
+            assert _lines(textpage, page.get_bbox(), upright) == _lines(textpage, page.get_bbox(), False)
+            textpage.close()
+            page.close()
+        doc.close()
 
 
 def test_caption_regex():
