@@ -31,7 +31,7 @@ test: setup browser
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # Coverage-guided fuzzing (atheris; tests/fuzz/README.md): every target for FUZZ_SECONDS (default 10
-# minutes), FUZZ_JOBS at a time. `make test` runs the same targets for FUZZ_SECONDS=15 each (tests/test_fuzz.py).
+# minutes), FUZZ_JOBS at a time. `make test` runs the same targets for FUZZ_SECONDS=6 each (tests/test_fuzz.py).
 # Each target's JSON line goes to build/fuzz/<target>.json, its libFuzzer log to build/fuzz/<target>.log,
 # the corpus it grows to build/fuzz/corpus/<target>/ (kept between runs), failing inputs to
 # build/fuzz/artifacts/<target>/. Fails if any target crashed or reported nothing.

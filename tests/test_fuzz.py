@@ -1,4 +1,4 @@
-"""Fuzz targets (tests/fuzz): each runs under atheris for FUZZ_SECONDS (default 15) in a subprocess and
+"""Fuzz targets (tests/fuzz): each runs under atheris for FUZZ_SECONDS (default 6) in a subprocess and
 must end with no crash and no unaccounted record; every saved failing input in tests/fuzz/regressions/
 is replayed through its target in-process. `make fuzz` runs the targets for 10 minutes each."""
 
@@ -20,7 +20,7 @@ from tests.fuzz.targets import TARGETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = ROOT / "tests" / "fuzz" / "regressions"
-FUZZ_SECONDS = int(os.environ.get("FUZZ_SECONDS", "15"))
+FUZZ_SECONDS = int(os.environ.get("FUZZ_SECONDS", "6"))
 MIN_EXECUTIONS = 20   # the slowest target (warc_records) does about 100 a second
 REPLAY_SECONDS = 30   # a saved hang must fail its replay, not stall the suite
 

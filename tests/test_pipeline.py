@@ -38,10 +38,34 @@ def labels():
 
 
 @pytest.fixture(scope="module")
-def one_worker(tmp_path_factory):
+def first_run(tmp_path_factory):
+    """One run of every stage (with its report), counting the Beam pipelines it runs and the WARC
+    readers in their graphs: (output folder, summary, pipelines, readers)."""
+    import apache_beam as beam
+    from pipelines import stages as stage_module
+
     out = tmp_path_factory.mktemp("w1")
-    summary = run(load_config(TINY, input=INPUTS, output=str(out), workers=1))
-    return out, summary
+    pipelines, readers = [], []
+    real_run, real_init = beam.Pipeline.run, stage_module.ReadWarcFile.__init__
+
+    def counted_run(self, *args, **kwargs):
+        pipelines.append(self)
+        return real_run(self, *args, **kwargs)
+
+    def counted_init(self, *args, **kwargs):
+        readers.append(self)
+        real_init(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(beam.Pipeline, "run", counted_run)
+        patch.setattr(stage_module.ReadWarcFile, "__init__", counted_init)
+        summary = run({**load_config(TINY, input=INPUTS, output=str(out), workers=1), "report": True})
+    return out, summary, pipelines, readers
+
+
+@pytest.fixture(scope="module")
+def one_worker(first_run):
+    return first_run[:2]
 
 
 def test_identities_hold_for_every_stage(one_worker):
@@ -135,31 +159,15 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path,
     assert "exact_dedup" in table and "quality" in table
 
 
-def test_a_run_is_one_pipeline_that_reads_each_file_once(tmp_path, monkeypatch):
+def test_a_run_is_one_pipeline_that_reads_each_file_once(first_run):
     """Every group runs in one Beam pipeline, and the text and image branches share one read of the
-    input: one pipeline run, one WARC reader in its graph."""
-    import apache_beam as beam
-    from pipelines import stages as stage_module
-
-    pipelines, readers = [], []
-    real_run, real_init = beam.Pipeline.run, stage_module.ReadWarcFile.__init__
-
-    def counted_run(self, *args, **kwargs):
-        pipelines.append(self)
-        return real_run(self, *args, **kwargs)
-
-    def counted_init(self, *args, **kwargs):
-        readers.append(self)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(beam.Pipeline, "run", counted_run)
-    monkeypatch.setattr(stage_module.ReadWarcFile, "__init__", counted_init)
-    summary = run({**load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1), "report": True}, echo=False)
+    input: one pipeline run, one WARC reader in its graph; the report is written at the end."""
+    out, summary, pipelines, readers = first_run
     assert len(pipelines) == 1 and len(readers) == 1
-    assert summary["report"] == str(tmp_path / "report.html") and (tmp_path / "report.md").exists()  # written at the end
+    assert summary["report"] == str(out / "report.html") and (out / "report.md").exists()
     assert [s["stage"] for s in summary["stages"]] == list(STAGES) and summary["audit"]["ok"]
     for s in summary["stages"]:  # each group's marker was written inside the pipeline, when it was done
-        marker = json.loads((tmp_path / s["stage"] / "_SUCCESS").read_text())
+        marker = json.loads((out / s["stage"] / "_SUCCESS").read_text())
         assert 0 < marker["stats"]["done_s"] <= summary["wall_s"]
 
 
