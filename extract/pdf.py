@@ -776,26 +776,19 @@ def _split(idx: list[int], boxes, axis: int, min_gap: float) -> list[list[int]]:
     """`idx` split at the whitespace gaps (>= min_gap) of its projection on `axis` (0: x, columns
     left to right; 1: y, rows top to bottom)."""
     lo, hi = axis, axis + 2
-    if axis == 1:  # y up: the top row first
-        ordered = sorted(idx, key=lambda i: -boxes[i][hi])
-        groups, reach = [], None
-        for i in ordered:
-            if reach is None or reach - boxes[i][hi] >= min_gap:
-                groups.append([i])
-                reach = boxes[i][lo]
-            else:
-                groups[-1].append(i)
-                reach = min(reach, boxes[i][lo])
-        return groups
-    ordered = sorted(idx, key=lambda i: boxes[i][lo])
+
+    def span(i):  # (start, end) along the reading direction: y is up, so the top row comes first
+        return (-boxes[i][hi], -boxes[i][lo]) if axis == 1 else (boxes[i][lo], boxes[i][hi])
+
     groups, reach = [], None
-    for i in ordered:
-        if reach is None or boxes[i][lo] - reach >= min_gap:
+    for i in sorted(idx, key=lambda i: span(i)[0]):
+        start, end = span(i)
+        if reach is None or start - reach >= min_gap:
             groups.append([i])
-            reach = boxes[i][hi]
+            reach = end
         else:
             groups[-1].append(i)
-            reach = max(reach, boxes[i][hi])
+            reach = max(reach, end)
     return groups
 
 

@@ -103,14 +103,11 @@ def _bar_figure(title: str, labels: list, series: dict[str, list], horizontal: b
 
 
 # ------------------------------------------------------------------------------------------- collect
-def _quality_figures(root: str, cfg: dict, max_rows: int) -> list[dict]:
+def _quality_figures(rows: list[dict], cfg: dict) -> list[dict]:
+    """Every quality rule's value over `rows` (the documents that reached the quality stage: its drops,
+    later stages' drops, the final documents with stage None), with its threshold."""
     from filters.quality import RULES
 
-    rows = []
-    for stage in REACHES_QUALITY:
-        rows += _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
-    rows += [{"stage": None, "reason": None, "scores": r["scores"]}
-             for r in _rows(root, "docs/text", ["scores"], max_rows)]
     scores = [(r["reason"] if r["stage"] == "quality" else None, _scores(r)) for r in rows]
     figures, section = [], cfg.get("quality") or {}
     for rule in RULES:
@@ -164,9 +161,11 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
             figures["drops"].append(_bar_figure(f"{s['stage']}: drop reasons", reasons,
                                                 {"dropped": [s["dropped"][r] for r in reasons]},
                                                 horizontal=True, height=60 + 22 * len(reasons)))
-    figures["quality"] = _quality_figures(root, cfg, max_rows)
-
     text = _rows(root, "docs/text", ["lang", "lang_score", "scores"], max_rows)
+    final = [{"stage": None, "reason": None, "scores": r["scores"]} for r in text]
+    later = {stage: _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
+             for stage in REACHES_QUALITY}  # read once: the quality and the synthetic plots share them
+    figures["quality"] = _quality_figures([r for stage in REACHES_QUALITY for r in later[stage]] + final, cfg)
     lang_drops = _rows(root, "dropped/language", ["detail"], max_rows)
     by_lang = defaultdict(lambda: defaultdict(list))
     for r in text:
@@ -193,10 +192,7 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
                                                histogram(lengths, log=True), log=True))
 
     thresholds = _synthetic_thresholds(cfg)
-    synth = []
-    for stage in REACHES_SYNTHETIC:
-        synth += _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
-    synth += [{"stage": None, "reason": None, "scores": r["scores"]} for r in text]
+    synth = [r for stage in REACHES_SYNTHETIC for r in later[stage]] + final
     for key in ("llm_generated", "poor_mt"):
         groups = defaultdict(list)
         for r in synth:

@@ -18,6 +18,7 @@ import extract.pdf
 from extract import sandbox
 from tests.sandbox_targets import address_space_limit
 from tests.test_extract_bound import children_of, nested_divs, wait_gone
+from tests.test_pdf import pdf as write_pdf
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_PDFS = sorted((ROOT / "tests" / "data" / "pdf").glob("*.pdf"))
@@ -64,15 +65,7 @@ def build_pdf(pages: list[str], image_side: int = 0, zero_image: bool = False, p
         kids.append(add(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
                         b"/Resources << %s >> >>" % (contents, resources)))
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
-    out, offsets = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"), []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return write_pdf(objects)
 
 
 NORMAL = build_pdf(["First page of the report.", "Second page (with parentheses).", "Third and last page."],
