@@ -58,7 +58,9 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from pydantic import BaseModel, ConfigDict
 
-from pipelines import io
+from pipelines import beam_memo, io
+
+beam_memo.apply()  # every stage module imports this one, in the driver and in each worker
 
 DROPPED = "dropped"
 COUNTERS = "counters"

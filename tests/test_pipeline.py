@@ -405,3 +405,45 @@ def test_the_report_renders_every_plot_in_a_real_browser(one_worker):
     pixels = np.asarray(Image.open(io.BytesIO(shot)).convert("L"))
     assert plots >= 20 and drawn == plots and errors == []
     assert pixels.std() > 10 and (pixels < 128).mean() > 0.01  # text and bars, not a blank page
+
+
+def test_memoised_beam_introspection_gives_beam_s_answers(first_run):
+    """pipelines/beam_memo.py: over every ParDo of a whole run's graph, the memoised argument lists and
+    state/timer specs equal what Beam computes without the memo; an options view is shared and
+    sees writes made through another view."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import DebugOptions, StandardOptions
+    from apache_beam.runners.common import MethodWrapper
+    from apache_beam.transforms import core, userstate
+
+    from pipelines import beam_memo
+
+    _, _, pipelines, _ = first_run
+    dofns = []
+
+    class Collect(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, beam.ParDo):
+                dofns.append(node.transform.fn)
+
+    pipelines[0].visit(Collect())
+    assert len(dofns) > 500 and core.get_function_args_defaults is beam_memo.function_args_defaults
+
+    def answers():
+        out = []
+        for fn in dofns:
+            methods = sorted(n for n in dir(fn) if callable(getattr(fn, n, None)) and not n.startswith("__"))
+            wrapped = [(n, MethodWrapper(fn, n).args, MethodWrapper(fn, n).defaults) for n in methods
+                       if isinstance(getattr(fn, n), type(fn.process))]
+            out.append((type(fn).__name__, wrapped, userstate.get_dofn_specs(fn)))
+        return out
+
+    memoised = answers()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core, "get_function_args_defaults", beam_memo._ARGS_DEFAULTS)
+        assert answers() == memoised
+    options = pipelines[0].options
+    view = options.view_as(StandardOptions)
+    assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
+    options.view_as(DebugOptions).experiments = ["memo_check"]
+    assert beam_memo._VIEW_AS(options, DebugOptions).experiments == ["memo_check"]
