@@ -58,9 +58,9 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from pydantic import BaseModel, ConfigDict
 
-from pipelines import beam_memo, io
+from pipelines import beam_overhead, io
 
-beam_memo.apply()  # every stage module imports this one, in the driver and in each worker
+beam_overhead.apply()  # every stage module imports this one, in the driver and in each worker
 
 DROPPED = "dropped"
 COUNTERS = "counters"

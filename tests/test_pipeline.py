@@ -407,8 +407,8 @@ def test_the_report_renders_every_plot_in_a_real_browser(one_worker):
     assert pixels.std() > 10 and (pixels < 128).mean() > 0.01  # text and bars, not a blank page
 
 
-def test_memoised_beam_introspection_gives_beam_s_answers(first_run):
-    """pipelines/beam_memo.py: over every ParDo of a whole run's graph, the memoised argument lists and
+def test_beam_overhead_fixes_give_beam_s_answers(first_run):
+    """pipelines/beam_overhead.py: over every ParDo of a whole run's graph, the memoised argument lists and
     state/timer specs equal what Beam computes without the memo; an options view is shared and
     sees writes made through another view."""
     import apache_beam as beam
@@ -416,7 +416,7 @@ def test_memoised_beam_introspection_gives_beam_s_answers(first_run):
     from apache_beam.runners.common import MethodWrapper
     from apache_beam.transforms import core, userstate
 
-    from pipelines import beam_memo
+    from pipelines import beam_overhead
 
     _, _, pipelines, _ = first_run
     dofns = []
@@ -427,7 +427,7 @@ def test_memoised_beam_introspection_gives_beam_s_answers(first_run):
                 dofns.append(node.transform.fn)
 
     pipelines[0].visit(Collect())
-    assert len(dofns) > 500 and core.get_function_args_defaults is beam_memo.function_args_defaults
+    assert len(dofns) > 500 and core.get_function_args_defaults is beam_overhead.function_args_defaults
 
     def answers():
         out = []
@@ -440,10 +440,10 @@ def test_memoised_beam_introspection_gives_beam_s_answers(first_run):
 
     memoised = answers()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(core, "get_function_args_defaults", beam_memo._ARGS_DEFAULTS)
+        patch.setattr(core, "get_function_args_defaults", beam_overhead._ARGS_DEFAULTS)
         assert answers() == memoised
     options = pipelines[0].options
     view = options.view_as(StandardOptions)
     assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
     options.view_as(DebugOptions).experiments = ["memo_check"]
-    assert beam_memo._VIEW_AS(options, DebugOptions).experiments == ["memo_check"]
+    assert beam_overhead._VIEW_AS(options, DebugOptions).experiments == ["memo_check"]
