@@ -149,13 +149,22 @@ _BRACKET_END_RE = re.compile(rf"[.!?{_TERMINAL_NOSPACE}][{_CLOSERS_CLS}]+$")
 #     a word, a number or a closing quote/bracket), is not an ellipsis ("...", "…") and
 #     is followed -- after optional closing quotes/brackets -- by whitespace, the end of
 #     the text or a CJK character (so the dot in "3.14" does not count);
+#   * spaced punctuation, as tokenised corpora and some PDF-to-text tools write it
+#     ("... to the south . although only ..."): a single ``.`` (not "..") or a ``!``/``?``
+#     run between a word (or a closing bracket/quote) and a space (or the end);
+#   * a missing space ("... said Mills.Allen, who ..."): a ``. ! ?`` right after two
+#     lower-case letters and right before a capitalised word (so "e.g.", "Mr.Smith",
+#     "U.S.Army", "node.js" and domain names do not count);
 #   * a run of CJK / other-script terminators (。！？ ...), no following space needed.
 # The pattern starts with a plain character class (look-arounds come second) so that
 # ``re`` can skip quickly to candidate characters (4x faster than look-behind first).
+_LOWER, _UPPER = "a-zß-öø-ÿа-яё", "A-ZÀ-ÖØ-ÞА-ЯЁ"
 _SENT_END_RE = re.compile(
     rf"[.!?{_TERMINAL_NOSPACE}]"
     rf"(?:(?<=[.!?])(?<![\s.!?…⋯].)(?!(?<=\.)\.)[.!?]*[{_CLOSERS_CLS}]*"
     rf"(?=\s|$|[{_CJK}\uac00-\ud7a3])"
+    rf"|(?<=[\w{_CLOSERS_CLS}][ \t][.!?])(?!(?<=\.)\.)[!?]*(?=[ \t\n]+\S|\s*$)"
+    rf"|(?<=[{_LOWER}]{{2}}[.!?])(?=[{_UPPER}][{_LOWER}])"
     rf"|(?<=[{_TERMINAL_NOSPACE}])[{_TERMINAL_NOSPACE}]*)"
 )
 
@@ -998,9 +1007,10 @@ class QualityFilter:
         * ``c4_lorem_ipsum``: occurrences of "lorem ipsum" (case-insensitive);
         * ``c4_curly_bracket``: occurrences of "{";
         * ``c4_sentence_count``: sentence ends in the whole document.  A sentence end is a
-          ``. ! ?`` run after a word (not "...", not "3.14") followed by space/end, or a
-          run of ``。！？`` / other-script terminators.  Lines are neither dropped nor
-          rewritten here.
+          ``. ! ?`` run after a word (not "...", not "3.14") followed by space/end, the same
+          written with a space before it ("south . although") or with none after it
+          ("Mills.Allen"), or a run of ``。！？`` / other-script terminators.  Lines are
+          neither dropped nor rewritten here.
         """
         text = doc.text
         return {

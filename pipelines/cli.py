@@ -35,6 +35,16 @@ def _score(args, _):
     print(f"scored {scored} lines, {skipped} without a text field -> {args.output}")
 
 
+def _extract(args, _):
+    from pipelines.config import load_config
+    from pipelines.extract_pages import extract_to_jsonl
+
+    summary = extract_to_jsonl(args.input, args.output, load_config(args.config))
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(summary["reasons"].items(), key=lambda kv: -kv[1]))
+    print(f"{summary['pages']} pages, {summary['with_text']} with text" + (f"; dropped: {reasons}" if reasons else "")
+          + f" -> {args.output}")
+
+
 def _train_filter(args, _):
     from filters.train_synthetic import train_filter
 
@@ -133,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--output", required=True, help="JSONL file written: each line with its scores and verdict")
     sc.add_argument("--config", help="run config whose quality/language/synthetic sections to use")
     sc.set_defaults(func=_score)
+    ex = sub.add_parser("extract", help="each page of HTML or WARC files as the text the quality rules get, "
+                                        "or its drop reason: one JSON line per page")
+    ex.add_argument("--input", nargs="+", required=True, help=".html / .html.gz files or WARC / WET files")
+    ex.add_argument("--output", required=True, help="JSONL file to write")
+    ex.add_argument("--config", help="run config (default configs/local.yaml)")
+    ex.set_defaults(func=_extract)
     tf = sub.add_parser("train-filter", help="reproduce a shipped weak-LLM / poor-MT model")
     tf.add_argument("kind", choices=["llm", "mt"])
     tf.add_argument("--data", required=True, help="the shared data folder (llm_detect/, mt_quality/, html/)")

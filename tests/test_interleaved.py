@@ -458,9 +458,8 @@ def test_pdfs_become_interleaved_documents_or_carry_their_reason(tmp_path):
     """Seven real PDFs through the interleaved stages (parsed in the sandbox's child processes): the
     encrypted, broken and scanned ones carry their reasons; the others are `kind = "pdf"` documents
     whose nodes hold every page in order, whose images (the labelled count, after the 150 px rule) are
-    decoded from the PDF's own bytes into the image store, and become whole image spans in the shards.
-    (1 and 2 workers: the branch's identity is test_interleaved_images_from_the_warc's; the parse is
-    deterministic, tests/test_pdf.py.)"""
+    decoded from the PDF's own bytes into the image store, and become whole image spans in the shards;
+    2 workers write the same bytes (documents, images, shards)."""
     from tests.warc_factory import DATA  # noqa: F401  (the fixtures' package)
 
     labels = _pdf_warc(tmp_path / "pdfs.warc.gz")
@@ -486,6 +485,13 @@ def test_pdfs_become_interleaved_documents_or_carry_their_reason(tmp_path):
     assert shas and set(shas) == store
     assert stages["interleaved"]["extra"]["pdf/in"] == len(labels)
     _check_image_spans(tmp_path / "one")
+    _run_branch(tmp_path / "pdfs.warc.gz", tmp_path / "two", 2, also=("pack",), **sections)
+    for folder in ("docs/interleaved", "images/interleaved", "shards"):
+        one = {p.relative_to(tmp_path / "one"): p.read_bytes() for p in sorted((tmp_path / "one" / folder).rglob("*"))
+               if p.is_file()}
+        two = {p.relative_to(tmp_path / "two"): p.read_bytes() for p in sorted((tmp_path / "two" / folder).rglob("*"))
+               if p.is_file()}
+        assert one == two and one, folder
 
 
 def _check_image_spans(out: Path) -> None:

@@ -447,3 +447,28 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
     assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
     options.view_as(DebugOptions).experiments = ["memo_check"]
     assert beam_overhead._VIEW_AS(options, DebugOptions).experiments == ["memo_check"]
+
+
+def test_extract_command_gives_each_page_the_text_the_quality_rules_get(one_worker, tmp_path, capsys):
+    """`curate extract` over the run's inputs and an .html.gz file: every page the text branch kept or
+    dropped at quality or later has that text (the quality stage's rows hold the text its rules
+    judged), every page dropped before has that reason, one line per page record."""
+    out, _ = one_worker
+    html = tmp_path / "page.html.gz"
+    html.write_bytes(gzip.compress((DATA / "interleaved" / "qa-personal-names.en.html").read_bytes()))
+    lines_file = tmp_path / "pages.jsonl"
+    assert cli_main(["extract", "--input", *INPUTS, str(html), "--output", str(lines_file), "--config", TINY]) == 0
+    assert f"-> {lines_file}" in capsys.readouterr().out
+    lines = [json.loads(line) for line in lines_file.read_text().splitlines()]
+    page = lines.pop()
+    assert page["path"] == str(html) and page["reason"] is None and len(page["text"]) > 200
+    got = Counter((line["url"], line["text"], line["reason"]) for line in lines if line["url"] is not None)
+    judged = rows(out / "docs" / "text") + [r for s in ("quality", "synthetic", "exact_dedup", "near_dedup")
+                                            for r in rows(out / "dropped" / s)]
+    expected = Counter((r["url"], r["text"], None) for r in judged)
+    expected.update((r["url"], None, r["reason"]) for s in ("read", "extract", "language")
+                    for r in rows(out / "dropped" / s) if r["url"])
+    assert got == expected
+    assert sum(1 for _, text, _ in expected.elements() if text) > 30 and len(expected) > 40
+    assert Counter(line["reason"] for line in lines if line["url"] is None) == Counter(
+        r["reason"] for r in rows(out / "dropped" / "read") if not r["url"])

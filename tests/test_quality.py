@@ -334,6 +334,23 @@ def test_sentence_count_across_scripts(qf):
     assert count("no terminal punctuation here") == 0
 
 
+def test_sentence_count_in_spaced_missing_space_and_cjk_text(qf):
+    """The three shapes that made c4_too_few_sentences drop real articles: punctuation written with a
+    space before it (tokenised abstracts), full stops with no space after them, and CJK prose."""
+    def count(text, lang="en"):
+        return qf.measure(text, lang)["c4_sentence_count"]
+
+    spaced = ("the basin drains to the south . although only a few rivers reach the sea , most of them "
+              "dry up in summer . we measured flow at 12 stations ( see table 2 ) . why does it vary ? "
+              "rainfall explains most of it")
+    assert count(spaced) == 4
+    assert count("Two were hurt, said Mills.Allen, who saw it, called for help.Both were taken away!Police came") == 3
+    # not sentence ends: abbreviations, initials, file names, decimals, spaced ellipses after a stop
+    assert count("See e.g.The note by Mr.Smith of the U.S.Army on node.js, version 3.14 . . .") == 1
+    zh = "北京今天下雨了。气温比昨天低五度！明天会更冷吗？天气预报说会转晴"
+    assert count(zh, "zh") == 3 and count("今日は雨です。明日は晴れるでしょう。", "ja") == 2
+
+
 # --------------------------------------------------------------------------------------
 # One test per rule family: passing doc passes, crafted failures fail exactly
 # --------------------------------------------------------------------------------------

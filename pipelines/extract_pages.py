@@ -1,0 +1,124 @@
+"""`curate extract`: each page of HTML or WARC files as the text the quality rules are handed, or why the
+text branch drops it first, one JSON line per page (as trafilatura's command line prints a page's text).
+
+The text comes from the text branch's own steps, called one document at a time without a pipeline:
+the read stage's record routing (`extract.records.route`) and record-id rule, `ExtractText` (charset
+decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's C4
+line removal, with the run config's sections. So a line's `text` is what `docs/text` holds for that
+page when no later rule drops it.
+
+Lines: `{"url": ..., "text": ..., "reason": ...}` per WARC record that stands for a page (requests,
+metadata and warcinfo records are not pages), `{"path": ..., ...}` per HTML file; `text` is null when
+`reason` is set. A damaged part of a WARC is a line with `url` null, its byte offset, and the read
+stage's reason, so nothing in the input goes unreported.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Iterator
+
+HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".html.gz", ".htm.gz", ".xhtml.gz")
+
+
+class TextBranchSteps:
+    """The text branch's steps up to the quality rules, with the config `cfg` (a run config)."""
+
+    def __init__(self, cfg: dict):
+        from pipelines.stages import ExtractText, IdentifyLanguage
+
+        self.cfg = cfg
+        self.extract = ExtractText("extract", cfg["extract"])
+        self.language = IdentifyLanguage("language", cfg["language"])
+        for step in (self.extract, self.language):
+            step.setup()
+            step.start_bundle()
+
+    def __call__(self, raw: dict) -> tuple[str | None, str | None]:
+        """(text, None) or (None, reason) for one raw page (io.RAW_SCHEMA)."""
+        from filters.clean import remove_boilerplate_lines
+        from pipelines.stage import Drop
+
+        doc = self.extract.step(raw)
+        if isinstance(doc, Drop):
+            return None, doc.reason
+        doc = self.language.step(doc)
+        if isinstance(doc, Drop):
+            return None, doc.reason
+        text = doc["text"]
+        if self.cfg["quality"]["c4_line_filter"]:
+            text, _ = remove_boilerplate_lines(text)
+        return text, None
+
+
+def html_file_page(path: str, steps: TextBranchSteps) -> dict:
+    with open(path, "rb") as fh:
+        payload = fh.read()
+    if path.endswith(".gz"):
+        try:
+            payload = gzip.decompress(payload)
+        except (OSError, EOFError):
+            return {"path": path, "text": None, "reason": "not_gzip_data"}
+    raw = {"id": path, "url": "", "warc_file": path, "warc_offset": 0, "warc_date": "", "source": "html",
+           "content_type": "text/html", "http_charset": "", "payload": payload}
+    text, reason = steps(raw)
+    return {"path": path, "text": text, "reason": reason}
+
+
+def warc_pages(path: str, steps: TextBranchSteps) -> Iterator[dict]:
+    """The read stage's per-record rules (pipelines.stages.ReadWarcFile), then `steps`."""
+    from collections import Counter
+
+    from extract.records import DOCUMENT_TYPES, doc_id, route
+    from extract.warc import ReadError, iter_records
+
+    seen, at_offset = set(), Counter()
+    with open(path, "rb") as stream:
+        for item in iter_records(stream, steps.cfg["read"]["max_record_bytes"]):
+            if isinstance(item, ReadError):
+                yield {"url": None, "offset": item.offset, "text": None, "reason": item.reason}
+                continue
+            index = at_offset[item.offset]
+            at_offset[item.offset] += 1
+            where, reason = route(item)
+            if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
+                continue  # requests, metadata, warcinfo: not pages
+            page = {"url": item.url}
+            rid = doc_id(item, path, index)
+            if rid in seen:
+                yield {**page, "text": None, "reason": "duplicate_record"}
+                continue
+            seen.add(rid)
+            if where not in ("html", "text"):
+                yield {**page, "text": None, "reason": reason}
+                continue
+            raw = {"id": rid, "url": item.url, "warc_file": path, "warc_offset": item.offset,
+                   "warc_date": item.date, "source": where,
+                   "content_type": item.http_content_type or item.identified_type,
+                   "http_charset": item.http_charset, "payload": item.payload}
+            text, reason = steps(raw)
+            yield {**page, "text": text, "reason": reason}
+
+
+def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
+    """Writes one line per page of `paths` to `output`; returns {"pages", "with_text", "reasons"}."""
+    from pipelines.config import UserError
+
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise UserError(f"--input: no such file: {', '.join(missing)}")
+    steps = TextBranchSteps(cfg)
+    summary = {"pages": 0, "with_text": 0, "reasons": {}}
+    with open(output, "w", encoding="utf-8") as out:
+        for path in paths:
+            pages = [html_file_page(path, steps)] if path.lower().endswith(HTML_SUFFIXES) else warc_pages(path, steps)
+            for page in pages:
+                out.write(json.dumps(page, ensure_ascii=False) + "\n")
+                summary["pages"] += 1
+                if page["reason"]:
+                    summary["reasons"][page["reason"]] = summary["reasons"].get(page["reason"], 0) + 1
+                else:
+                    summary["with_text"] += 1
+    return summary
