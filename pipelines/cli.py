@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--input", nargs="+", action="extend",
                    help="WARC/WET paths or globs (local, gs://, s3://); repeatable")
     r.add_argument("--output", help="output folder")
-    r.add_argument("--workers", type=int, help="local worker processes, >= 1 (>1: multi_processing)")
+    r.add_argument("--workers", type=lambda v: v if v == "auto" else int(v),
+                   help="local worker processes, >= 1 (>1: multi_processing), or auto (one per 32 MiB of input)")
     r.add_argument("--stages", help="comma-separated stages to (re)run; the stages they read from must be finished "
                                          "(or selected too); stages of other branches that never finished are not run")
     r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")

@@ -47,7 +47,9 @@ class RunSettings(BaseModel):
     output: str = Field("out/sample", description="output folder: one folder per stage, stats, final outputs")
     runner: str = Field("FnApiRunner", description=(
         "Beam runner; FnApiRunner or DirectRunner run locally (Beam's default would download Prism)"))
-    workers: int = Field(2, ge=1, description="local worker processes (> 1: direct_running_mode=multi_processing)")
+    workers: typing.Annotated[int, Field(ge=1)] | typing.Literal["auto"] = Field("auto", description=(
+        "local worker processes (> 1: direct_running_mode=multi_processing); auto = one per 32 MiB of input, "
+        "at most one per core (a second local worker costs more than it gives below that)"))
     beam_args: list[str] = Field([], description='extra Beam pipeline options, e.g. ["--direct_num_workers=4"]')
     write_dropped: StrictBool = Field(True, description="every dropped document under OUT/dropped/<stage>/")
     report: StrictBool = Field(True, description="write OUT/report.html and OUT/report.md when the run ends "

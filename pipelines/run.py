@@ -46,6 +46,20 @@ class InputError(UserError):
     """The run's input cannot be read as given (a pattern that matches nothing)."""
 
 
+AUTO_BYTES_PER_WORKER = 32 << 20
+
+
+def local_workers(workers: int | str, input_bytes: int) -> int:
+    """`workers`, or for "auto" one worker per AUTO_BYTES_PER_WORKER of input, at most one per core. On
+    2 cores (benchmarks/end_to_end.py, README "Runners"): a second local worker made the whole run slower
+    on the 9 MB sample (40.1 s vs 30.0 s) and on mixed-dev's 17 MB (text branch 18.0 vs 15.6 s), and
+    1.16-1.33x faster at ~90 MB: each of the ~420 fused stages costs a worker round trip, and the
+    runner process serves every worker's data from one core."""
+    if workers != "auto":
+        return int(workers)
+    return max(1, min(os.cpu_count() or 1, input_bytes // AUTO_BYTES_PER_WORKER))
+
+
 def pipeline_options(cfg: dict) -> PipelineOptions:
     # Beam's construction-time type check costs ~40% of building the graph (about 4 of 10 s for the
     # whole run, ~1,800 transforms) and has nothing to check: no transform here declares type hints.
@@ -283,6 +297,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
     check_plan(names)
     cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
+    cfg["workers"] = local_workers(cfg["workers"], sum(f["size"] for f in cfg["input_files"]))
     options = pipeline_options(cfg)
     runner = options.view_as(StandardOptions).runner  # options after `--` win
     summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),

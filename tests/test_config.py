@@ -175,3 +175,17 @@ def test_curate_stages_prints_every_stage_reason_and_key():
         assert all(f"`{r}`" in proc.stdout for r in stage.reasons)
     for key in RunSettings.model_fields:
         assert f"| `{key}` |" in proc.stdout
+
+
+def test_auto_workers_take_one_per_32_mib_of_input_and_at_most_one_per_core(monkeypatch):
+    import os
+
+    from pipelines.run import AUTO_BYTES_PER_WORKER, local_workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert local_workers("auto", 9 << 20) == 1 and local_workers("auto", 0) == 1
+    assert local_workers("auto", 2 * AUTO_BYTES_PER_WORKER) == 2 and local_workers("auto", 10 << 30) == 2
+    assert local_workers(3, 0) == 3
+    assert load_config(None, workers="auto")["workers"] == "auto"
+    with pytest.raises(ConfigError, match="workers"):
+        load_config(None, workers="many")
