@@ -582,6 +582,9 @@ class _QualitySettings(BaseModel):
     c4_line_filter: StrictBool = Field(True, description=(
         "Remove C4's policy/javascript lines (filters/clean.py) before the rules, as datatrove's "
         "C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text."))
+    link_list_lines: StrictBool = Field(True, description=(
+        "Remove lines that only list links (>= 3 URLs or domain names, >= 80% of the line; filters/clean.py) "
+        "before the rules; the document rules see the cleaned text."))
     gopher_quality: StrictBool = Field(True, description=(
         "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))
     gopher_repetition: StrictBool = Field(True, description=(

@@ -3,8 +3,8 @@ text branch drops it first, one JSON line per page (as trafilatura's command lin
 
 The text comes from the text branch's own steps, called one document at a time without a pipeline:
 the read stage's record routing (`extract.records.route`) and record-id rule, `ExtractText` (charset
-decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's C4
-line removal, with the run config's sections. So a line's `text` is what `docs/text` holds for that
+decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's line
+removal (filters/clean.py), with the run config's sections. So a line's `text` is what `docs/text` holds for that
 page when no later rule drops it.
 
 Lines: `{"url": ..., "text": ..., "reason": ...}` per WARC record that stands for a page (requests,
@@ -38,7 +38,7 @@ class TextBranchSteps:
 
     def __call__(self, raw: dict) -> tuple[str | None, str | None]:
         """(text, None) or (None, reason) for one raw page (io.RAW_SCHEMA)."""
-        from filters.clean import remove_boilerplate_lines
+        from filters.clean import clean_for_rules
         from pipelines.stage import Drop
 
         doc = self.extract.step(raw)
@@ -47,9 +47,8 @@ class TextBranchSteps:
         doc = self.language.step(doc)
         if isinstance(doc, Drop):
             return None, doc.reason
-        text = doc["text"]
-        if self.cfg["quality"]["c4_line_filter"]:
-            text, _ = remove_boilerplate_lines(text)
+        quality = self.cfg["quality"]
+        text, _ = clean_for_rules(doc["text"], quality["c4_line_filter"], quality["link_list_lines"])
         return text, None
 
 

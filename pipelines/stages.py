@@ -278,8 +278,8 @@ class LanguageStage(DocumentStage):
 
 # ------------------------------------------------------------------------------------------ quality
 class ApplyQualityRules(DocumentStep):
-    """C4 policy/javascript line removal, then Gopher quality + repetition, C4 and FineWeb rules;
-    every measured value is kept on the doc."""
+    """C4 policy/javascript and link-list line removal, then Gopher quality + repetition, C4 and FineWeb
+    rules; every measured value is kept on the doc."""
 
     def setup(self):
         from filters.quality import QualityConfig, QualityFilter
@@ -287,11 +287,11 @@ class ApplyQualityRules(DocumentStep):
         self.rules = QualityFilter(QualityConfig.from_dict(self.cfg))
 
     def step(self, doc):
-        from filters.clean import remove_boilerplate_lines
+        from filters.clean import clean_for_rules
 
-        values = {}
-        if self.rules.config.c4_line_filter:
-            text, values["boilerplate_lines"] = remove_boilerplate_lines(doc["text"])
+        config = self.rules.config
+        text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines)
+        if values:
             doc = {**doc, "text": text}
         failed, measured = self.rules(doc["text"], doc["lang"])
         values.update(measured)

@@ -1147,7 +1147,7 @@ def test_check_matches_the_hand_written_reference(case):
 # ---- the rule table and the generated config ----------------------------------------
 
 _SETTINGS = {  # the config fields that are not a rule threshold
-    "c4_line_filter", "gopher_quality", "gopher_repetition", "c4", "fineweb", "gopher_stop_words",
+    "c4_line_filter", "link_list_lines", "gopher_quality", "gopher_repetition", "c4", "fineweb", "gopher_stop_words",
     "gopher_word_length_skip_langs", "gopher_hangul_length_in_jamo", "gopher_cjk_ngram_scale",
     "fineweb_line_punct_exclude_zero", "fineweb_short_line_length", "fineweb_wide_char_width",
 }
@@ -1242,3 +1242,20 @@ def test_unknown_keys_are_refused_by_constructor_and_from_dict():
         QualityConfig.from_dict({"gopher_min_words": 10})
     with pytest.raises(ValueError, match="mapping"):
         QualityConfig.from_dict([("c4", False)])
+
+
+def test_link_list_lines_are_removed_before_the_rules():
+    """A link farm's footer (a real kept page of the bundled Common Crawl sample ended in this line) and a
+    list of domains go; prose that mentions a domain or two, or has run-together sentences, stays."""
+    from filters.clean import clean_for_rules, remove_link_list_lines
+
+    farm = ("http://ffp5727.cn | http://www.ffp5727.cn | http://m.ffp5727.cn | http://wap.ffp5727.cn | "
+            "http://web.ffp5727.cn")
+    prose = "We met the editors of example.com and news.example.org last week. They were kind."
+    joined = "We deliver fast.Therefore,we set up an agent of KUNSHAN TRADING CO.,LTD.to respond to you.This helps."
+    text = "\n".join([prose, farm, joined, "Sites: bbc.co.uk · nytimes.com · lemonde.fr · spiegel.de"])
+    assert remove_link_list_lines(text) == ("\n".join([prose, joined]), 2)
+    assert remove_link_list_lines(prose) == (prose, 0)
+    cleaned, removed = clean_for_rules(text + "\nThis site uses cookies.", c4_lines=True, link_lines=True)
+    assert cleaned == "\n".join([prose, joined]) and removed == {"boilerplate_lines": 1, "link_list_lines": 2}
+    assert clean_for_rules(text, c4_lines=False, link_lines=False) == (text, {})
