@@ -4,8 +4,8 @@
   "enable JavaScript" notices through; C4 drops any line containing these phrases;
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
-  line-level rules judge it by that line. RefinedWeb removes such lines too (Penedo et al. 2023,
-  appendix G.2, line-wise corrections).
+  line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
+  likewise take out the navigation and counter lines that extraction leaves).
 """
 
 from __future__ import annotations
