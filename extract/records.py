@@ -6,10 +6,12 @@ Reasons follow the record's fate, not its parser: every record gets exactly one 
 from __future__ import annotations
 
 import os
+from collections import Counter
+from typing import Iterable, Iterator
 
 import xxhash
 
-from extract.warc import RawRecord
+from extract.warc import RawRecord, ReadError
 
 HTML_TYPES = {"text/html", "application/xhtml+xml", "application/xml+xhtml"}
 GENERIC_TYPES = {"", "application/octet-stream", "unk", "application/unknown", "text/plain"}
@@ -52,3 +54,41 @@ def route(raw: RawRecord) -> tuple[str, str]:
     if any(t.startswith("image/") for t in types):
         return "drop", "non_html_image"
     return "drop", "non_html"
+
+
+def record_fates(items: Iterable[RawRecord | ReadError], warc_file: str) -> Iterator[tuple]:
+    """The read stage's verdict on each item `iter_records` gives for one file, in file order, as
+    (item, doc, fate, reason): `doc` is the provenance every output row carries (id, url, warc_file,
+    warc_offset, warc_date), None for records that stand for no page; `fate` is
+    - "error": a damaged unit (`reason` the reader's);
+    - "not_a_page": a request, metadata or warcinfo record (`reason` its drop reason, counted only);
+    - "duplicate": a record id seen before in this file (`reason` names the first: file@offset);
+    - else the record's `route` ("html", "text", "pdf", "drop") and its reason.
+    Shared by the read stage and `curate extract`, so both read a file the same way."""
+    seen: dict[str, int] = {}
+    at_offset: Counter = Counter()  # records sharing one offset (a multi-record gzip member)
+    for item in items:
+        index = at_offset[item.offset]
+        at_offset[item.offset] += 1
+        if isinstance(item, ReadError):
+            doc = {"id": f"{warc_file}@{item.offset}" + (f"#{index}" if index else ""), "url": "",
+                   "warc_file": warc_file, "warc_offset": item.offset, "warc_date": ""}
+            yield item, doc, "error", item.reason
+            continue
+        where, reason = route(item)
+        if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
+            yield item, None, "not_a_page", reason
+            continue
+        doc = {"id": doc_id(item, warc_file, index), "url": item.url, "warc_file": warc_file,
+               "warc_offset": item.offset, "warc_date": item.date}
+        if doc["id"] in seen:
+            yield item, doc, "duplicate", f"{warc_file}@{seen[doc['id']]}"
+            continue
+        seen[doc["id"]] = item.offset
+        yield item, doc, where, reason
+
+
+def raw_page(item: RawRecord, doc: dict, where: str) -> dict:
+    """An HTML or text record as the text branch's raw document (io.RAW_SCHEMA)."""
+    return {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
+            "http_charset": item.http_charset, "payload": item.payload}

@@ -2,7 +2,7 @@
 text branch drops it first, one JSON line per page (as trafilatura's command line prints a page's text).
 
 The text comes from the text branch's own steps, called one document at a time without a pipeline:
-the read stage's record routing (`extract.records.route`) and record-id rule, `ExtractText` (charset
+the read stage's verdict on each record (`extract.records.record_fates`), `ExtractText` (charset
 decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's line
 removal (filters/clean.py), with the run config's sections. So a line's `text` is what `docs/text` holds for that
 page when no later rule drops it.
@@ -67,38 +67,21 @@ def html_file_page(path: str, steps: TextBranchSteps) -> dict:
 
 
 def warc_pages(path: str, steps: TextBranchSteps) -> Iterator[dict]:
-    """The read stage's per-record rules (pipelines.stages.ReadWarcFile), then `steps`."""
-    from collections import Counter
+    """The read stage's verdict on each record (extract.records.record_fates), then `steps`."""
+    from extract.records import raw_page, record_fates
+    from extract.warc import iter_records
 
-    from extract.records import DOCUMENT_TYPES, doc_id, route
-    from extract.warc import ReadError, iter_records
-
-    seen, at_offset = set(), Counter()
     with open(path, "rb") as stream:
-        for item in iter_records(stream, steps.cfg["read"]["max_record_bytes"]):
-            if isinstance(item, ReadError):
-                yield {"url": None, "offset": item.offset, "text": None, "reason": item.reason}
-                continue
-            index = at_offset[item.offset]
-            at_offset[item.offset] += 1
-            where, reason = route(item)
-            if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
-                continue  # requests, metadata, warcinfo: not pages
-            page = {"url": item.url}
-            rid = doc_id(item, path, index)
-            if rid in seen:
-                yield {**page, "text": None, "reason": "duplicate_record"}
-                continue
-            seen.add(rid)
-            if where not in ("html", "text"):
-                yield {**page, "text": None, "reason": reason}
-                continue
-            raw = {"id": rid, "url": item.url, "warc_file": path, "warc_offset": item.offset,
-                   "warc_date": item.date, "source": where,
-                   "content_type": item.http_content_type or item.identified_type,
-                   "http_charset": item.http_charset, "payload": item.payload}
-            text, reason = steps(raw)
-            yield {**page, "text": text, "reason": reason}
+        for item, doc, fate, reason in record_fates(iter_records(stream, steps.cfg["read"]["max_record_bytes"]), path):
+            if fate == "error":
+                yield {"url": None, "offset": item.offset, "text": None, "reason": reason}
+            elif fate == "duplicate":
+                yield {"url": item.url, "text": None, "reason": "duplicate_record"}
+            elif fate in ("html", "text"):
+                text, reason = steps(raw_page(item, doc, fate))
+                yield {"url": item.url, "text": text, "reason": reason}
+            elif fate != "not_a_page":  # requests, metadata, warcinfo are not pages
+                yield {"url": item.url, "text": None, "reason": reason}
 
 
 def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:

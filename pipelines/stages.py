@@ -56,50 +56,38 @@ class ReadWarcFile(beam.DoFn):
         self.max_record_bytes, self.progress_dir = max_record_bytes, progress_dir
 
     def process(self, readable_file):
-        from extract.records import DOCUMENT_TYPES, doc_id, route
-        from extract.warc import ReadError, iter_records
+        from extract.records import raw_page, record_fates
+        from extract.warc import iter_records
         from pipelines.progress import FileProgress
 
         path = readable_file.metadata.path
         progress = FileProgress(self.progress_dir, path)  # a no-op unless the run reports progress
         counts = Counter()  # per-file tallies, emitted once: a counter element per record costs too much
         rows = 0            # rows this file puts into the stage's outputs (documents and drop rows)
-        seen = {}           # doc id -> offset of its first capture in this file
-        at_offset = Counter()  # records sharing one offset (a multi-record gzip member)
         with readable_file.open(compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-            for item in iter_records(stream, self.max_record_bytes):
+            for item, doc, fate, reason in record_fates(iter_records(stream, self.max_record_bytes), path):
                 counts["in"] += 1
                 progress.update(stream.tell, counts["in"])
-                if isinstance(item, ReadError):
-                    counts[f"records/error:{item.reason}"] += 1
-                    counts[f"dropped/{item.reason}"] += 1
+                if fate == "error":
+                    counts[f"records/error:{reason}"] += 1
+                    counts[f"dropped/{reason}"] += 1
                     counts["read/skipped_bytes"] += item.skipped
-                    index = at_offset[item.offset]
-                    at_offset[item.offset] += 1
-                    doc = {"id": f"{path}@{item.offset}" + (f"#{index}" if index else ""), "url": "",
-                           "warc_file": path, "warc_offset": item.offset, "warc_date": ""}
                     rows += 1
-                    yield dropped(drop_row(doc, "read", item.reason, item.detail, text=""))
+                    yield dropped(drop_row(doc, "read", reason, item.detail, text=""))
                     continue
                 counts[f"records/{item.warc_type}"] += 1
-                index = at_offset[item.offset]
-                at_offset[item.offset] += 1
-                where, reason = route(item)
-                if where == "drop" and item.warc_type not in DOCUMENT_TYPES:
+                if fate == "not_a_page":
                     counts[f"dropped/{reason}"] += 1  # request, metadata, warcinfo: counted, not written
                     continue
-                doc = {"id": doc_id(item, path, index), "url": item.url, "warc_file": path,
-                       "warc_offset": item.offset, "warc_date": item.date}
                 rows += 1
-                if doc["id"] in seen:
+                if fate == "duplicate":
                     counts["dropped/duplicate_record"] += 1
-                    yield dropped(drop_row(doc, "read", "duplicate_record", f"{path}@{seen[doc['id']]}", text=""))
+                    yield dropped(drop_row(doc, "read", "duplicate_record", reason, text=""))
                     continue
-                seen[doc["id"]] = item.offset
                 if item.warc_truncated:
                     counts["records/truncated"] += 1
-                counts["out" if where in ("html", "text") else f"dropped/{reason}"] += 1
-                if where == "drop":
+                counts["out" if fate in ("html", "text") else f"dropped/{reason}"] += 1
+                if fate == "drop":
                     content_type = item.http_content_type or item.identified_type
                     if reason == "non_html_image":
                         from extract.images import image_record
@@ -109,12 +97,11 @@ class ReadWarcFile(beam.DoFn):
                         if record is not None:
                             yield beam.pvalue.TaggedOutput("image", {**record, "warc_date": item.date})
                     yield dropped(drop_row(doc, "read", reason, content_type, text=""))
-                elif where == "pdf":
+                elif fate == "pdf":
                     yield beam.pvalue.TaggedOutput("pdf", {**doc, "payload": item.payload})
                     yield dropped(drop_row(doc, "read", reason, "written to docs/pdf", text=""))
                 else:
-                    yield {**doc, "source": where, "content_type": item.http_content_type or item.identified_type,
-                           "http_charset": item.http_charset, "payload": item.payload}
+                    yield raw_page(item, doc, fate)
         progress.update(lambda: readable_file.metadata.size_in_bytes, counts["in"], done=True)
         for key, n in counts.items():
             yield counter(key, n)
