@@ -21,7 +21,8 @@ xref, truncated: PDFium's xref reconstruction does not recover a file cut short,
 is refused rather than parsed in part) or a page fails to load; `detail` carries PDFium's error text.
 `pdf_too_many_pages`: more than `max_pages` pages ("N pages > max_pages"), nothing parsed.
 `pdf_no_text_layer`: no page has any visible character; the page count and image nodes are still
-returned, so callers can count what OCR would recover. With reason None, `detail` is "" or says what
+returned, so callers can count what OCR would recover, but with "format" and "data" None: images are
+encoded only once a page has text (the pages before it are parsed again), so a scan is never decoded. With reason None, `detail` is "" or says what
 was skipped (undecodable or oversized images).
 
 Text. Per page, PDFium's text page gives every character with its loose box (the font's ascent to
@@ -213,22 +214,39 @@ def parse_pdf(data: bytes, max_pages: int = 500, min_image_side: int = 150) -> d
             return _result("pdf_too_many_pages", f"{n_pages} pages > {max_pages}", n_pages, [])
         if n_pages == 0:
             return _result("pdf_broken", "no pages", 0, [])
-        nodes, skipped, has_text = [], _Skipped(), False
+        # Images are encoded once the document has text: until then, a page without text gets its image
+        # nodes without data (its skips counted apart), and the pages before the first page with text
+        # are parsed again, encoding them. A scan (no text layer, dropped) is never decoded.
+        nodes, skipped, leading_skipped, has_text = [], _Skipped(), _Skipped(), False
         for index in range(n_pages):
             try:
-                page = pdf[index]
-                try:
-                    page_nodes, page_text = _parse_page(page, index + 1, min_image_side, skipped)
-                finally:
-                    page.close()
+                if has_text:
+                    nodes += _parse_page_at(pdf, index, min_image_side, skipped, False)[0]
+                    continue
+                page_skipped = _Skipped()
+                page_nodes, has_text = _parse_page_at(pdf, index, min_image_side, page_skipped, True)
+                if has_text:  # the earlier pages' images now count: parsed again, encoding them
+                    nodes = [node for k in range(index)
+                             for node in _parse_page_at(pdf, k, min_image_side, skipped, False)[0]]
+                (skipped if has_text else leading_skipped).add(page_skipped)
             except pdfium.PdfiumError as e:  # a page PDFium cannot load or read
                 return _result("pdf_broken", f"page {index + 1}: {e}", n_pages, [])
             nodes += page_nodes
-            has_text = has_text or page_text
-        reason = None if has_text else "pdf_no_text_layer"
-        return _result(reason, skipped.describe(), n_pages, nodes)
+        if not has_text:
+            return _result("pdf_no_text_layer", leading_skipped.describe(), n_pages, nodes)
+        return _result(None, skipped.describe(), n_pages, nodes)
     finally:
         pdf.close()
+
+
+def _parse_page_at(pdf, index: int, min_image_side: int, skipped: _Skipped, textless: bool) -> tuple[list, bool]:
+    """`_parse_page` of page `index`; `textless`: no page before it has text, so its images are only
+    encoded if it has."""
+    page = pdf[index]
+    try:
+        return _parse_page(page, index + 1, min_image_side, skipped, textless)
+    finally:
+        page.close()
 
 
 def xy_cut(boxes: list, min_gap: float = XY_MIN_GAP) -> list[int]:
@@ -248,6 +266,10 @@ class _Skipped:
     """Images left out for reasons other than the size rules, reported in `detail`."""
     undecodable: int = 0
     oversized: int = 0
+
+    def add(self, other: "_Skipped") -> None:
+        self.undecodable += other.undecodable
+        self.oversized += other.oversized
 
     def describe(self) -> str:
         parts = []
@@ -285,8 +307,9 @@ class _Line:
         b[0], b[1], b[2], b[3] = min(b[0], box[0]), min(b[1], box[1]), max(b[2], box[2]), max(b[3], box[3])
 
 
-def _parse_page(page, page_no: int, min_image_side: int, skipped: _Skipped) -> tuple[list, bool]:
-    """The page's nodes in reading order, and whether it has any text."""
+def _parse_page(page, page_no: int, min_image_side: int, skipped: _Skipped, textless: bool = False) -> tuple[list, bool]:
+    """The page's nodes in reading order, and whether it has any text. `textless` (no earlier page
+    has text): a page without text gets its image nodes without "format" and "data" (None)."""
     visible = page.get_bbox()
     textpage = page.get_textpage()
     try:
@@ -294,11 +317,11 @@ def _parse_page(page, page_no: int, min_image_side: int, skipped: _Skipped) -> t
         blocks = _blocks(_lines(textpage, visible, upright))
     finally:
         textpage.close()
-    images = _images(objects, page_no, visible, min_image_side, skipped)
-    rotation = page.get_rotation()
     texts = [{"type": "text", "page": page_no, "text": _block_text(b), "bbox": _round(b.box)}
              for b in blocks]
     texts = [t for t in texts if t["text"]]
+    images = _images(objects, page_no, visible, min_image_side, skipped, encode=bool(texts) or not textless)
+    rotation = page.get_rotation()
     items = texts + images
     display = [_to_display(it["bbox"], rotation, visible) for it in items]
     page_area = _area(visible)
@@ -630,7 +653,10 @@ def _block_text(block: _Line) -> str:
     return " ".join(text.replace(_SOFT_HYPHEN, "").split())
 
 
-def _images(objects: list, page_no: int, visible, min_image_side: int, skipped: _Skipped) -> list[dict]:
+def _images(objects: list, page_no: int, visible, min_image_side: int, skipped: _Skipped,
+            encode: bool = True) -> list[dict]:
+    """The page's image nodes after the size rules; without `encode`, with "format" and "data" None
+    (and undecodable images not found out)."""
     nodes = []
     page_area = _area(visible)
     for obj in objects:
@@ -641,7 +667,10 @@ def _images(objects: list, page_no: int, visible, min_image_side: int, skipped: 
             box = _clip(_page_box(obj), visible)
             if box is None or _area(box) < MIN_IMAGE_AREA * page_area:
                 continue
-            encoded = _encode(obj, width, height)
+            if not encode:
+                encoded = None if width * height > MAX_BITMAP_PIXELS else (None, None)
+            else:
+                encoded = _encode(obj, width, height)
         except pdfium.PdfiumError:
             skipped.undecodable += 1
             continue
@@ -680,7 +709,8 @@ def _encode(obj, width: int, height: int):
         if image.mode not in ("L", "RGB", "RGBA"):
             image = image.convert("RGB")
         out = io.BytesIO()
-        image.save(out, format="PNG")
+        # zlib level 1: 2-4x faster than PIL's default 6 on the dev PDFs' figures, ~10% more bytes.
+        image.save(out, format="PNG", compress_level=1)
     finally:
         bitmap.close()
     return "PNG", out.getvalue()

@@ -18,7 +18,8 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
-from extract.pdf import CAPTION, FORM_MAX_DEPTH, _lines, _page_objects, _to_display, parse_pdf, xy_cut
+from extract.pdf import (CAPTION, FORM_MAX_DEPTH, _lines, _page_objects, _parse_page, _Skipped, _to_display,
+                         parse_pdf, xy_cut)
 
 DATA = Path(__file__).parent / "data" / "pdf"
 LABELS = {json.loads(line)["path"].rsplit("/", 1)[-1]: json.loads(line)
@@ -334,6 +335,9 @@ def test_image_counts_against_the_labels(name):
     else:
         assert len(images) == label
     for n in images:
+        if LABELS[name]["no_text_layer"]:  # a scan is dropped: its images are counted, never decoded
+            assert n["format"] is None and n["data"] is None
+            continue
         decoded = Image.open(io.BytesIO(n["data"]))
         assert decoded.format == n["format"] and decoded.size == (n["width"], n["height"])
 
@@ -366,15 +370,17 @@ def test_image_in_nested_form_xobjects_gets_its_page_box():
     image = rgb_image(200, 160)
     inner = form(b"q 150 0 0 120 10 20 cm /Im Do Q", b"1 0 0 0.5 0 30", b"/XObject << /Im 6 0 R >>")
     outer = form(b"q 1 0 0 1 5 7 cm /Fm Do Q", b"1.5 0 0 1.5 10 0", b"/XObject << /Fm 5 0 R >>")
-    data = document([b"q 0.8 0.6 -0.6 0.8 300 100 cm /X4 Do Q"], (outer, inner, image))
+    # (with a line of invisible text, 3 Tr, as an OCR layer is: a page with text has its images encoded)
+    data = document([b"q 0.8 0.6 -0.6 0.8 300 100 cm /X4 Do Q\nBT 3 Tr /F1 10 Tf 20 20 Td (x) Tj ET"],
+                    (outer, inner, image))
     chain = (mat(150, 0, 0, 120, 10, 20) @ mat(1, 0, 0, 0.5, 0, 30) @ mat(1, 0, 0, 1, 5, 7)
              @ mat(1.5, 0, 0, 1.5, 10, 0) @ mat(0.8, 0.6, -0.6, 0.8, 300, 100))
     corners = np.array([[0, 0, 1], [1, 0, 1], [0, 1, 1], [1, 1, 1]]) @ chain
     expected = [*corners[:, :2].min(axis=0), *corners[:, :2].max(axis=0)]
 
     result = parse_pdf(data)
-    assert result["reason"] == "pdf_no_text_layer" and result["pages"] == 1
-    (node,) = result["nodes"]
+    assert result["reason"] is None and result["pages"] == 1
+    (node,) = [n for n in result["nodes"] if n["type"] == "image"]
     assert node["bbox"] == pytest.approx(expected, abs=0.01)
     assert (node["width"], node["height"], node["format"]) == (200, 160, "PNG")
     assert Image.open(io.BytesIO(node["data"])).tobytes() == gradient(200, 160)
@@ -409,12 +415,28 @@ def test_size_rules_and_raw_jpeg_in_a_form():
                 if n["type"] == "image"]) == 3
 
 
+def test_images_before_the_first_page_with_text_are_encoded_once_it_comes():
+    # Page 1: a cover image alone; page 2: text and an image. Until page 2 the document could be a
+    # scan, whose images are never decoded; page 2's text makes page 1 count, so it is parsed again.
+    cover, figure = rgb_image(300, 200), rgb_image(200, 160)
+    pages = [b"q 300 0 0 200 100 400 cm /X4 Do Q", b"q 200 0 0 160 100 400 cm /X5 Do Q\n" + text(72, 300, "Body.")]
+    result = parse_pdf(document(pages, (cover, figure)))
+    assert result["reason"] is None
+    assert [(n["page"], n["type"]) for n in result["nodes"]] == [(1, "image"), (2, "image"), (2, "text")]
+    for node, (w, h) in zip(result["nodes"], [(300, 200), (200, 160)]):
+        assert node["format"] == "PNG" and Image.open(io.BytesIO(node["data"])).tobytes() == gradient(w, h)
+    # Without the text, nothing is decoded, and both images are still counted.
+    scan = parse_pdf(document([pages[0], pages[1].split(b"\n")[0]], (cover, figure)))
+    assert scan["reason"] == "pdf_no_text_layer"
+    assert [(n["page"], n["width"], n["data"]) for n in scan["nodes"]] == [(1, 300, None), (2, 200, None)]
+
+
 def test_cmyk_bitmap_becomes_rgb_png():
     w, h = 160, 160
     cyan = zlib.compress(bytes((255, 0, 0, 0)) * (w * h))
     image = stream(b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceCMYK "
                    b"/BitsPerComponent 8 /Filter /FlateDecode" % (w, h), cyan)
-    (node,) = parse_pdf(document([b"q 160 0 0 160 100 100 cm /X4 Do Q"], (image,)))["nodes"]
+    (node, _) = parse_pdf(document([b"q 160 0 0 160 100 100 cm /X4 Do Q\n" + text(100, 50, "Cyan.")], (image,)))["nodes"]
     decoded = Image.open(io.BytesIO(node["data"]))
     assert (node["format"], decoded.mode) == ("PNG", "RGB")
     r, g, b = decoded.getpixel((80, 80))
@@ -451,7 +473,16 @@ def test_scanned_and_offpage_text_have_no_text_layer():
     scan = parsed("epson.pdf")
     assert (scan["reason"], scan["pages"]) == ("pdf_no_text_layer", 1)
     (image,) = scan["nodes"]
-    assert (image["type"], image["format"], image["width"], image["height"]) == ("image", "PNG", 2480, 3507)
+    assert (image["type"], image["format"], image["data"], image["width"], image["height"]) == (
+        "image", None, None, 2480, 3507)
+    # Its CCITT fax image decodes (were the page to count) to a grey PNG of its pixel size.
+    doc = pdfium.PdfDocument(pdf_bytes("epson.pdf"))
+    page = doc[0]
+    (encoded,), has_text = _parse_page(page, 1, 150, _Skipped())
+    page.close()
+    doc.close()
+    decoded = Image.open(io.BytesIO(encoded["data"]))
+    assert (has_text, encoded["format"], decoded.mode, decoded.size) == (False, "PNG", "L", (2480, 3507))
     assert LABELS["epson.pdf"]["scanned_only"] and LABELS["epson.pdf"]["no_text_layer"]
     # ImageMagick's "Background" text lies outside its 3.84-pt pages: not shown, not a text layer.
     tiny = parsed("imagemagick-images.pdf")
