@@ -441,7 +441,21 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
     memoised = answers()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core, "get_function_args_defaults", beam_overhead._ARGS_DEFAULTS)
+        patch.setattr(userstate, "get_dofn_specs", beam_overhead._DOFN_SPECS)
         assert answers() == memoised
+    # A stateful DoFn's specs, through the class's fixed methods, and through a Map's wrapped callable.
+    bag = userstate.BagStateSpec("bag", beam.coders.StrUtf8Coder())
+
+    class Stateful(beam.DoFn):
+        def process(self, element, state=beam.DoFn.StateParam(bag)):
+            yield element
+
+    def stateful_map(element, state=beam.DoFn.StateParam(bag)):
+        return element
+
+    for fn in (Stateful(), Stateful(), beam.Map(stateful_map).fn, beam.Map(len).fn):
+        assert beam_overhead.dofn_specs(fn) == beam_overhead._DOFN_SPECS(fn)
+    assert beam_overhead.dofn_specs(Stateful()) == ({bag}, set())
     options = pipelines[0].options
     view = options.view_as(StandardOptions)
     assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
