@@ -1,4 +1,4 @@
-"""Four per-transform and per-stage costs of apache-beam 2.77 (pinned), cut without changing a result.
+"""Five per-transform and per-stage costs of apache-beam 2.77 (pinned), cut without changing a result.
 
 Profiled on a whole run of mixed-dev (~1,100 ParDos fused into ~420 stages), Beam spent about a
 fifth of the wall clock on work whose answer never changes, or on workers with nothing to do:
@@ -27,6 +27,8 @@ one of our DoFns) installs:
   `_inspect_<name>` (Beam asks that instead, and a Map's reads the wrapped callable). Only the latter
   are asked per call (~6 us). Classes with their own __getattr__, __getattribute__ or __dir__, and
   instances with an `_inspect_` attribute of their own, get Beam's function.
+- ParDo's check for a `process` that both yields and returns (a warning) reads the method's source
+  file on every ParDo: memoised per code object.
 - `view_as(cls)` memoised per options object and class. A view shares its parent's option values
   (`_all_options`), so the same view object is what a fresh one would be: Beam documents that writes
   through any view reach every other.
@@ -40,6 +42,7 @@ own answers over a whole run's graph; `tests/test_beam_overhead.py` the single-w
 
 from __future__ import annotations
 
+import inspect
 import types
 import weakref
 
@@ -49,11 +52,13 @@ from apache_beam.transforms import core, userstate
 
 _ARGS_DEFAULTS = core.get_function_args_defaults
 _DOFN_SPECS = userstate.get_dofn_specs
+_YIELD_AND_RETURN = core._check_fn_use_yield_and_return
 _VIEW_AS = PipelineOptions.view_as
 _PARALLEL_PROCESS_BUNDLE = fn_runner.ParallelBundleManager.process_bundle
 _signatures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _class_specs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_yield_and_return: dict = {}  # code object -> bool; code objects live as long as their module
 
 
 def function_args_defaults(f):
@@ -153,6 +158,19 @@ def _method_specs(dofn, name: str) -> tuple[set, set]:
             {d.timer_spec for d in defaults if isinstance(d, _TimerDoFnParam)})
 
 
+def uses_yield_and_return(fn) -> bool:
+    """`core._check_fn_use_yield_and_return(fn)` (ParDo's warning check, which reads the source of
+    `process` from disk for every ParDo built), once per code object: its answer depends only on the
+    source lines `inspect.getsourcelines` finds for that code (after `__func__` and `__wrapped__`)."""
+    try:
+        code = inspect.unwrap(getattr(fn, "__func__", fn)).__code__
+    except (AttributeError, ValueError):
+        return _YIELD_AND_RETURN(fn)
+    if code not in _yield_and_return:
+        _yield_and_return[code] = _YIELD_AND_RETURN(fn)
+    return _yield_and_return[code]
+
+
 def view_as(self, cls):
     """`PipelineOptions.view_as(cls)`, one view per options object and class (kept beside the
     object, not in it: an options object pickles and lists its `__dict__`)."""
@@ -178,5 +196,6 @@ def process_bundle(self, inputs, expected_outputs, fired_timers, expected_output
 def apply() -> None:
     core.get_function_args_defaults = function_args_defaults
     userstate.get_dofn_specs = dofn_specs
+    core._check_fn_use_yield_and_return = uses_yield_and_return
     PipelineOptions.view_as = view_as
     fn_runner.ParallelBundleManager.process_bundle = process_bundle

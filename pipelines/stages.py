@@ -625,15 +625,24 @@ class PackStage(Stage):
         from pipelines.stage import writes_of
         from packing.transforms import BuildShards, ShardInputs
 
-        def read(stage: str, folder: str):
-            return (io.after(p, io.join(root, folder, "part*.parquet"), writes_of(p, stage), f"pack/After {folder}")
-                    | f"pack/Read {folder}" >> beam.io.ReadAllFromParquet())
-
         branches = self.reads_outputs_of(cfg)
-        inputs = {name: read(name, BRANCH_DOCS[name]) for name in branches}
-        dedup = {name: tuple(read(name, f"dropped/{d}") for d in DEDUP_STAGES[name]
-                             if cfg["write_dropped"] and d in STAGES and (cfg["stages"] is None or d in cfg["stages"]))
-                 for name in DEDUP_STAGES if name in inputs}
+        folders = {name: [BRANCH_DOCS[name]] for name in branches}
+        for name in DEDUP_STAGES:
+            if name in folders:
+                folders[name] += [f"dropped/{d}" for d in DEDUP_STAGES[name] if cfg["write_dropped"] and d in STAGES
+                                  and (cfg["stages"] is None or d in cfg["stages"])]
+        # One read of every folder, its rows routed by folder: a read per folder would cost each its
+        # own pattern, reshuffle and bundles (two stages), whatever its size.
+        order = [folder for name in folders for folder in folders[name]]
+        patterns = [io.join(root, folder, "part*.parquet") for folder in order]
+        rows = (io.after(p, patterns, [w for name in branches for w in writes_of(p, name)], "pack/After")
+                | "pack/EachFolder" >> beam.FlatMap(list)
+                | "pack/Read" >> beam.io.ReadAllFromParquet(with_filename=True)
+                | "pack/ByFolder" >> beam.Partition(_folder_of, len(order), [io.join(root, f) for f in order]))
+        read = {folder: part | f"pack/Rows {folder}" >> beam.Map(lambda pair: pair[1])
+                for folder, part in zip(order, rows)}
+        inputs = {name: read[folders[name][0]] for name in branches}
+        dedup = {name: tuple(read[f] for f in folders[name][1:]) for name in DEDUP_STAGES if name in inputs}
         text = inputs.get("write") or p | "pack/NoText" >> beam.Create([])  # a run of the image branches alone
         others = ShardInputs(inputs.get("interleaved_write"), inputs.get("image_pairs"), dedup.get("write", ()),
                              dedup.get("interleaved_write", ()))
@@ -644,6 +653,12 @@ class PackStage(Stage):
         drops = built.dropped | "pack/DropRows" >> beam.Map(_sample_drop)
         # the phase counters are emitted after each phase's shards and manifest are written
         return Built(None, drops, counted | "Counters" >> beam.Flatten(), (built.counters,))
+
+
+def _folder_of(row: tuple, partitions: int, folders: list[str]) -> int:
+    """The index of the folder a (file name, row) pair was read from; the row goes on alone."""
+    path = row[0]
+    return next(i for i, folder in enumerate(folders) if path.startswith(folder + "/"))
 
 
 # registers the interleaved branch's stages after these, then ImagesStage and PackStage (whichever module is

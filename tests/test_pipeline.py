@@ -408,8 +408,8 @@ def test_the_report_renders_every_plot_in_a_real_browser(one_worker):
 
 
 def test_beam_overhead_fixes_give_beam_s_answers(first_run):
-    """pipelines/beam_overhead.py: over every ParDo of a whole run's graph, the memoised argument lists and
-    state/timer specs equal what Beam computes without the memo; an options view is shared and
+    """pipelines/beam_overhead.py: over every ParDo of a whole run's graph, the memoised argument lists,
+    state/timer specs and yield-and-return checks equal what Beam computes without the memo; an options view is shared and
     sees writes made through another view."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DebugOptions, StandardOptions
@@ -435,13 +435,15 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
             methods = sorted(n for n in dir(fn) if callable(getattr(fn, n, None)) and not n.startswith("__"))
             wrapped = [(n, MethodWrapper(fn, n).args, MethodWrapper(fn, n).defaults) for n in methods
                        if isinstance(getattr(fn, n), type(fn.process))]
-            out.append((type(fn).__name__, wrapped, userstate.get_dofn_specs(fn)))
+            out.append((type(fn).__name__, wrapped, userstate.get_dofn_specs(fn),
+                        core._check_fn_use_yield_and_return(fn.process)))
         return out
 
     memoised = answers()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core, "get_function_args_defaults", beam_overhead._ARGS_DEFAULTS)
         patch.setattr(userstate, "get_dofn_specs", beam_overhead._DOFN_SPECS)
+        patch.setattr(core, "_check_fn_use_yield_and_return", beam_overhead._YIELD_AND_RETURN)
         assert answers() == memoised
     # A stateful DoFn's specs, through the class's fixed methods, and through a Map's wrapped callable.
     bag = userstate.BagStateSpec("bag", beam.coders.StrUtf8Coder())
