@@ -1,9 +1,22 @@
 """Per-category fate of labelled pages after a `curate run` (mixed-dev style labels.jsonl).
 
-    python benchmarks/text_branch_eval.py --labels ../shared/data/corpus/mixed-dev.labels.jsonl --run OUT
+    python benchmarks/text_branch_eval.py --labels ../shared/data/corpus/mixed-dev.labels.jsonl --run OUT \\
+        [--baseline OUT0]
 
 Prints JSON: for each label category, how many pages were kept in docs/text and how many were dropped
-under each stage/reason. Pages are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
+under each stage/reason; `human_by_source`: human pages and kept per label source (the scrapinghub pages
+are the ones filters/models/boilerplate_lines.json is fitted on); with --baseline, `vs_baseline`: per
+category the pages kept here but not in the baseline run and the reverse, with their fates in both. Pages
+are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
+
+The text branch alone (what the issue figures use), e.g. with the boilerplate model on and off:
+
+    printf 'stages: [read, extract, language, quality, synthetic, exact_dedup, near_dedup, write]\\n' > /tmp/text.yaml
+    curate run --input ../shared/data/corpus/mixed-dev.warc.gz --output /tmp/off --config /tmp/text.yaml
+    printf 'quality: {boilerplate_model: true}\\n' >> /tmp/text.yaml
+    curate run --input ../shared/data/corpus/mixed-dev.warc.gz --output /tmp/on --config /tmp/text.yaml
+    python benchmarks/text_branch_eval.py --labels ../shared/data/corpus/mixed-dev.labels.jsonl \\
+        --run /tmp/on --baseline /tmp/off
 """
 
 import argparse
@@ -61,24 +74,52 @@ def dedup_report(labels, kept, dropped):
     return out
 
 
+def fates(run):
+    """(ids kept in docs/text, {id: "stage:reason"} of the dropped)."""
+    kept = {r["id"] for r in load(os.path.join(run, "docs/text/*.parquet"), ["id"])}
+    dropped = {r["id"]: f"{r['stage']}:{r['reason']}"
+               for r in load(os.path.join(run, "dropped/*/*.parquet"), ["id", "stage", "reason"])}
+    return kept, dropped
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--labels", required=True)
     ap.add_argument("--run", required=True)
+    ap.add_argument("--baseline", help="another run of the same input: pages whose fate differs, per category")
     args = ap.parse_args()
     labels = [json.loads(line) for line in open(args.labels)]
-    kept = {r["id"] for r in load(os.path.join(args.run, "docs/text/*.parquet"), ["id"])}
-    dropped = {r["id"]: f"{r['stage']}:{r['reason']}"
-               for r in load(os.path.join(args.run, "dropped/*/*.parquet"), ["id", "stage", "reason"])}
-    fate = collections.defaultdict(collections.Counter)
-    for lab in labels:
+    kept, dropped = fates(args.run)
+
+    def fate_of(lab, kept, dropped):
         did = xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
-        fate[lab["category"]]["kept" if did in kept else dropped.get(did, "missing")] += 1
+        return "kept" if did in kept else dropped.get(did, "missing")
+
+    fate = collections.defaultdict(collections.Counter)
+    by_source = collections.defaultdict(collections.Counter)
+    for lab in labels:
+        f = fate_of(lab, kept, dropped)
+        fate[lab["category"]][f] += 1
+        if lab["category"] == "human":
+            by_source[lab["source"]]["pages"] += 1
+            by_source[lab["source"]]["kept"] += f == "kept"
     report = {"dedup": dedup_report(labels, kept, dropped)}
     for cat, counter in sorted(fate.items()):
         total = sum(counter.values())
         report[cat] = {"pages": total, "kept": counter["kept"], "kept_frac": round(counter["kept"] / total, 4),
                        "fates": dict(counter.most_common())}
+    report["human_by_source"] = {src: dict(c) for src, c in sorted(by_source.items())}
+    if args.baseline:
+        base_kept, base_dropped = fates(args.baseline)
+        diff = collections.defaultdict(lambda: {"gained": [], "lost": []})
+        for lab in labels:
+            now, before = fate_of(lab, kept, dropped), fate_of(lab, base_kept, base_dropped)
+            if (now == "kept") != (before == "kept"):
+                diff[lab["category"]]["gained" if now == "kept" else "lost"].append(
+                    {"url": lab["url"], "source": lab["source"], "baseline": before, "here": now})
+        report["vs_baseline"] = {cat: {"gained": len(d["gained"]), "lost": len(d["lost"]),
+                                       "pages_gained": d["gained"], "pages_lost": d["lost"]}
+                                 for cat, d in sorted(diff.items())}
     print(json.dumps(report, indent=1))
 
 

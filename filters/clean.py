@@ -5,7 +5,10 @@
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
-  likewise take out the navigation and counter lines that extraction leaves).
+  likewise take out the navigation and counter lines that extraction leaves);
+- with `quality.boilerplate_model`, the lines filters/boilerplate.py's context model calls boilerplate
+  (menus one item per line, share bars, bylines, photo credits, "Related" lists: unpunctuated lines judged with
+  their neighbours), first, on the extractor's text as the model was fitted on it.
 """
 
 from __future__ import annotations
@@ -52,10 +55,15 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
     return "\n".join(kept).strip(), len(lines) - len(kept)
 
 
-def clean_for_rules(text: str, c4_lines: bool, link_lines: bool) -> tuple[str, dict[str, int]]:
+def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False
+                    ) -> tuple[str, dict[str, int]]:
     """The text the quality rules judge, and the lines each step removed (the quality stage's
-    `boilerplate_lines` and `link_list_lines` scores)."""
+    `boilerplate_model_lines`, `boilerplate_lines` and `link_list_lines` scores)."""
     removed = {}
+    if model_lines:
+        from filters.boilerplate import remove_context_boilerplate
+
+        text, removed["boilerplate_model_lines"] = remove_context_boilerplate(text)
     if c4_lines:
         text, removed["boilerplate_lines"] = remove_boilerplate_lines(text)
     if link_lines:

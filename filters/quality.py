@@ -585,6 +585,12 @@ class _QualitySettings(BaseModel):
     link_list_lines: StrictBool = Field(True, description=(
         "Remove lines that only list links (>= 3 URLs or domain names, >= 80% of the line; filters/clean.py) "
         "before the rules; the document rules see the cleaned text."))
+    boilerplate_model: StrictBool = Field(False, description=(
+        "Remove the lines filters/boilerplate.py's context model calls boilerplate (menus, share bars, bylines, "
+        "photo credits: unpunctuated lines judged with their neighbours; a line ending in punctuation, with 2 "
+        "sentences or 200 columns, or between two such lines always stays) before the rules; the document rules "
+        "see the cleaned text. Off by default: on mixed-dev it also lets template-only failures of llm/poor_mt "
+        "pages through and 2 short human pages fall (README, text branch)."))
     gopher_quality: StrictBool = Field(True, description=(
         "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))
     gopher_repetition: StrictBool = Field(True, description=(

@@ -48,7 +48,8 @@ class TextBranchSteps:
         if isinstance(doc, Drop):
             return None, doc.reason
         quality = self.cfg["quality"]
-        text, _ = clean_for_rules(doc["text"], quality["c4_line_filter"], quality["link_list_lines"])
+        text, _ = clean_for_rules(doc["text"], quality["c4_line_filter"], quality["link_list_lines"],
+                                  quality["boilerplate_model"])
         return text, None
 
 

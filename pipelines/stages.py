@@ -265,8 +265,8 @@ class LanguageStage(DocumentStage):
 
 # ------------------------------------------------------------------------------------------ quality
 class ApplyQualityRules(DocumentStep):
-    """C4 policy/javascript and link-list line removal, then Gopher quality + repetition, C4 and FineWeb
-    rules; every measured value is kept on the doc."""
+    """Line removal (filters/clean.py: C4 policy/javascript, link lists, optionally the boilerplate model),
+    then Gopher quality + repetition, C4 and FineWeb rules; every measured value is kept on the doc."""
 
     def setup(self):
         from filters.quality import QualityConfig, QualityFilter
@@ -277,7 +277,8 @@ class ApplyQualityRules(DocumentStep):
         from filters.clean import clean_for_rules
 
         config = self.rules.config
-        text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines)
+        text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines,
+                                       config.boilerplate_model)
         if values:
             doc = {**doc, "text": text}
         failed, measured = self.rules(doc["text"], doc["lang"])
