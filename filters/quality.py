@@ -591,6 +591,17 @@ class _QualitySettings(BaseModel):
         "sentences or 200 columns, or between two such lines always stays) before the rules; the document rules "
         "see the cleaned text. Off by default: on mixed-dev it also lets template-only failures of llm/poor_mt "
         "pages through and 2 short human pages fall (README, text branch)."))
+    template_lines: StrictBool = Field(False, description=(
+        "Remove per-host template lines before the other line steps and the rules: a line (normalised: "
+        "whitespace, case, digits as 0) on >= template_lines_min_pages distinct pages of the same host, and "
+        "on >= template_lines_min_share of them (filters/template_lines.py; C4, OBELICS, RefinedWeb remove "
+        "lines repeated across pages). A cross-page step: `curate extract`, one page at a time, does not apply "
+        "it. Off by default (README, text branch)."))
+    template_lines_min_pages: _number_type(int, optional=False, minimum=2) = Field(3, description=(
+        "Distinct pages of a host (copies with the same lines count once) a template line is on at least."))
+    template_lines_min_share: float = Field(0.1, ge=0, le=1, description=(
+        "Share of a host's distinct pages a template line is on at least; binds from 31 pages up with "
+        "the defaults (a common phrase on 3 of 10,000 pages is no template)."))
     gopher_quality: StrictBool = Field(True, description=(
         "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))
     gopher_repetition: StrictBool = Field(True, description=(

@@ -291,12 +291,28 @@ class ApplyQualityRules(DocumentStep):
 
 @register
 class QualityStage(DocumentStage):
-    """C4 policy/javascript line removal first (as datatrove's C4QualityFilter), then Gopher quality and
-    repetition (Rae et al. 2021), C4 (Raffel et al. 2020) and FineWeb (Penedo et al. 2024) document rules,
-    each with its own reason and threshold (filters/quality.py: the rule table cites each comparison's
-    source); CJK-aware tokenisation; every measured value kept in `scores`."""
+    """With `template_lines`, per-host template lines out first (lines on many pages of one host:
+    filters/template_lines.py, pipelines/template_lines.py). C4 policy/javascript line removal (as
+    datatrove's C4QualityFilter), then Gopher quality and repetition (Rae et al. 2021), C4 (Raffel et
+    al. 2020) and FineWeb (Penedo et al. 2024) document rules, each with its own reason and threshold
+    (filters/quality.py: the rule table cites each comparison's source); CJK-aware tokenisation; every
+    measured value kept in `scores`."""
 
     name, config, step = "quality", QualityConfig, ApplyQualityRules
+
+    def build(self, p, cfg, docs, root):
+        """With `template_lines`, the lines repeated on many pages of a host go first (a cross-page
+        step: pipelines/template_lines.py), then the per-document rules; its counters join the stage's."""
+        section = cfg[self.name]
+        if not section.get("template_lines"):
+            return super().build(p, cfg, docs, root)
+        from pipelines.template_lines import RemoveTemplateLines
+
+        found = docs | f"{self.name}/TemplateLines" >> RemoveTemplateLines(section["template_lines_min_pages"],
+                                                                            section["template_lines_min_share"])
+        built = super().build(p, cfg, found.docs, root)
+        counters = (built.counters, found.counters) | f"{self.name}/AllStepCounters" >> beam.Flatten()
+        return built._replace(counters=counters)
 
     @property
     def reasons(self):

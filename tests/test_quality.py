@@ -1147,7 +1147,8 @@ def test_check_matches_the_hand_written_reference(case):
 # ---- the rule table and the generated config ----------------------------------------
 
 _SETTINGS = {  # the config fields that are not a rule threshold
-    "c4_line_filter", "link_list_lines", "boilerplate_model", "gopher_quality", "gopher_repetition", "c4", "fineweb",
+    "c4_line_filter", "link_list_lines", "boilerplate_model", "template_lines", "template_lines_min_pages",
+    "template_lines_min_share", "gopher_quality", "gopher_repetition", "c4", "fineweb",
     "gopher_stop_words",
     "gopher_word_length_skip_langs", "gopher_hangul_length_in_jamo", "gopher_cjk_ngram_scale",
     "fineweb_line_punct_exclude_zero", "fineweb_short_line_length", "fineweb_wide_char_width",
