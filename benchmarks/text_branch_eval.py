@@ -5,7 +5,9 @@
 
 Prints JSON: for each label category, how many pages were kept in docs/text and how many were dropped
 under each stage/reason; `human_by_source`: human pages and kept per label source (the scrapinghub pages
-are the ones filters/models/boilerplate_lines.json is fitted on); with --baseline, `vs_baseline`: per
+are the ones filters/models/boilerplate_lines.json is fitted on); `rule_costs`: per quality rule, the
+judged pages of each category that fail it and those it alone drops (every rule's cost in good pages
+and what it catches that no other rule does); with --baseline, `vs_baseline`: per
 category the pages kept here but not in the baseline run and the reverse, with their fates in both. Pages
 are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
 
@@ -82,6 +84,45 @@ def fates(run):
     return kept, dropped
 
 
+JUDGED_BY_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup")  # drop folders holding quality's scores
+
+
+def rule_costs(run, labels):
+    """Per quality rule, over the pages the quality stage judged: how many pages of each category fail it
+    (`fail`: at all, `sole`: it is the only rule they fail, so it alone decides their fate), recomputed
+    from the measured values every judged page keeps (`scores`) with the run's own quality config
+    (stats/config.json). The language is the page's detected one where kept, else its label's (drop rows
+    carry no language; it only matters to the rules with a language guard)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from filters.quality import QualityConfig, QualityFilter
+
+    config = json.load(open(os.path.join(run, "stats", "config.json")))["quality"]
+    rules = QualityFilter(QualityConfig.from_dict(config))
+    judged = {r["id"]: (dict(r["scores"] or ()), r["lang"])
+              for r in load(os.path.join(run, "docs/text/*.parquet"), ["id", "scores", "lang"])}
+    for stage in JUDGED_BY_QUALITY:
+        for r in load(os.path.join(run, f"dropped/{stage}/*.parquet"), ["id", "scores"]):
+            judged.setdefault(r["id"], (dict(r["scores"] or ()), None))
+    table = collections.defaultdict(lambda: collections.defaultdict(collections.Counter))
+    pages = collections.Counter()
+    for lab in labels:
+        did = xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
+        if did not in judged:
+            continue
+        values, lang = judged[did]
+        if any(key not in values for key in rules._value_keys):
+            continue  # not judged with every rule (e.g. a family switched off)
+        pages[lab["category"]] += 1
+        failed = rules.check(values, lang or lab.get("lang") or "")
+        for reason in failed:
+            table[reason][lab["category"]]["fail"] += 1
+            table[reason][lab["category"]]["sole"] += len(failed) == 1
+    return {"judged_pages": dict(pages),
+            "rules": {reason: {cat: dict(c) for cat, c in sorted(cats.items())} for reason, cats in sorted(table.items())}}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--labels", required=True)
@@ -109,6 +150,8 @@ def main():
         report[cat] = {"pages": total, "kept": counter["kept"], "kept_frac": round(counter["kept"] / total, 4),
                        "fates": dict(counter.most_common())}
     report["human_by_source"] = {src: dict(c) for src, c in sorted(by_source.items())}
+    if os.path.exists(os.path.join(args.run, "stats", "config.json")):
+        report["rule_costs"] = rule_costs(args.run, labels)
     if args.baseline:
         base_kept, base_dropped = fates(args.baseline)
         diff = collections.defaultdict(lambda: {"gained": [], "lost": []})
