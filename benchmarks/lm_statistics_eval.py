@@ -38,17 +38,13 @@ import numpy as np  # noqa: E402
 
 from filters import train_synthetic as T  # noqa: E402
 from filters.logistic import fit_logreg  # noqa: E402
+from filters.synthetic import ft_logit as logit  # noqa: E402
 
 CHEAP = ["ngram_logit", "style_logit"]
 LM = ["perf_lp_p10", "obs_log_rank_mean", "perf_lp_std", "obs_lp_mean"]
 SETS = {"cheap_heads": CHEAP, "lm_statistics": LM, "cheap_heads+lm_statistics": CHEAP + LM,
         "cheap_heads+binoculars+d": CHEAP + ["binoculars", "perf_d"]}
 HELD_OUT = ("gpt-4", "gpt-neox-20b", "opt-2.7b", "asap")
-
-
-def logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return float(np.log(p / (1 - p)))
 
 
 def pick(data_dir: str, per_group: int, seed: int = 7) -> list[dict]:

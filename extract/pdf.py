@@ -22,8 +22,8 @@ is refused rather than parsed in part) or a page fails to load; `detail` carries
 `pdf_too_many_pages`: more than `max_pages` pages ("N pages > max_pages"), nothing parsed.
 `pdf_no_text_layer`: no page has any visible character; the page count and image nodes are still
 returned, so callers can count what OCR would recover, but with "format" and "data" None: images are
-encoded only once a page has text (the pages before it are parsed again), so a scan is never decoded. With reason None, `detail` is "" or says what
-was skipped (undecodable or oversized images).
+encoded only once a page has text (the pages before it are parsed again), so a scan is never decoded.
+With reason None, `detail` is "" or says what was skipped (undecodable or oversized images).
 
 Text. Per page, PDFium's text page gives every character with its loose box (the font's ascent to
 descent, so all characters of a line share one height) in content-stream order, with the spaces and

@@ -83,16 +83,9 @@ def dofn_specs(dofn):
     other descriptors, and methods with an `_inspect_<name>`, which Beam asks instead and which may
     read the instance: a Map's `_inspect_process` looks at the wrapped callable)."""
     cls = type(dofn)
-    try:
-        per_class = _class_specs.get(cls)
-    except TypeError:
-        per_class = None
+    per_class = _class_specs.get(cls)
     if per_class is None:
-        per_class = _class_methods(dofn)
-        try:
-            _class_specs[cls] = per_class
-        except TypeError:
-            pass
+        per_class = _class_specs[cls] = _class_methods(dofn)
     own = getattr(dofn, "__dict__", None)
     if per_class is False or not isinstance(own, dict) or any(n.startswith("_inspect_") for n in own):
         return _DOFN_SPECS(dofn)

@@ -651,13 +651,15 @@ class PackStage(Stage):
         # One read of every folder, its rows routed by folder: a read per folder would cost each its
         # own pattern, reshuffle and bundles (two stages), whatever its size.
         order = [folder for name in folders for folder in folders[name]]
-        patterns = [io.join(root, folder, "part*.parquet") for folder in order]
-        rows = (io.after(p, patterns, [w for name in branches for w in writes_of(p, name)], "pack/After")
-                | "pack/EachFolder" >> beam.FlatMap(list)
-                | "pack/Read" >> beam.io.ReadAllFromParquet(with_filename=True)
-                | "pack/ByFolder" >> beam.Partition(_folder_of, len(order), [io.join(root, f) for f in order]))
-        read = {folder: part | f"pack/Rows {folder}" >> beam.Map(lambda pair: pair[1])
-                for folder, part in zip(order, rows)}
+        read = {}
+        if order:
+            patterns = [io.join(root, folder, "part*.parquet") for folder in order]
+            rows = (io.after(p, patterns, [w for name in branches for w in writes_of(p, name)], "pack/After")
+                    | "pack/EachFolder" >> beam.FlatMap(list)
+                    | "pack/Read" >> beam.io.ReadAllFromParquet(with_filename=True)
+                    | "pack/ByFolder" >> beam.Partition(_folder_of, len(order), [io.join(root, f) for f in order]))
+            read = {folder: part | f"pack/Rows {folder}" >> beam.Map(lambda pair: pair[1])
+                    for folder, part in zip(order, rows)}
         inputs = {name: read[folders[name][0]] for name in branches}
         dedup = {name: tuple(read[f] for f in folders[name][1:]) for name in DEDUP_STAGES if name in inputs}
         text = inputs.get("write") or p | "pack/NoText" >> beam.Create([])  # a run of the image branches alone
@@ -673,7 +675,7 @@ class PackStage(Stage):
 
 
 def _folder_of(row: tuple, partitions: int, folders: list[str]) -> int:
-    """The index of the folder a (file name, row) pair was read from; the row goes on alone."""
+    """Partition function: the index in `folders` of the folder a (file name, row) pair was read from."""
     path = row[0]
     return next(i for i, folder in enumerate(folders) if path.startswith(folder + "/"))
 
