@@ -40,6 +40,35 @@ FILE_ROWS_JSON = "file_rows.json"
 class ReadConfig(Section):
     max_record_bytes: int = Field(64 << 20, gt=0, description=(
         "decompressed record cap, also the decompression-bomb guard: larger records are record_too_large"))
+    spread_records: Literal["auto"] | StrictBool = Field("auto", description=(
+        "reshuffle the pages read over the workers (true), or process each file where it is read (false); "
+        "auto: only when one file holds more than 1/(2 x workers) of the input bytes"))
+
+
+WORKER_ARGS = ("--max_num_workers", "--num_workers", "--parallelism")
+
+
+def spread_records(cfg: dict) -> bool:
+    """Whether the pages read are reshuffled over the workers before extraction. A reshuffle sends every
+    raw page through the shuffle (on the local runner: through the runner process, decoded and encoded
+    again there); without one, each file is read, extracted and scored where it was opened, as
+    datatrove reads a file per task. It pays only where a worker would otherwise run out of files while
+    another still reads: `auto` spreads when one file holds more than 1/(2P) of the input bytes, P the
+    local worker count or, on a distributed runner, the worker count in `beam_args` (spread when none is
+    given). Outputs are the same either way (every output is written sorted). Measured on 12 copies of
+    mixed-dev (10,158 pages, 2 local workers): 47.4 s with the reshuffle, 43.3 s without."""
+    choice = cfg["read"]["spread_records"]
+    if choice != "auto":
+        return choice
+    if cfg["runner"] in ("FnApiRunner", "DirectRunner"):
+        parallel = int(cfg["workers"])
+    else:
+        given = [a.split("=", 1)[1] for a in cfg["beam_args"] if a.split("=", 1)[0] in WORKER_ARGS and "=" in a]
+        if not given or not given[-1].isdigit():
+            return True
+        parallel = int(given[-1])
+    sizes = [f["size"] for f in cfg["input_files"]]
+    return parallel > 1 and max(sizes, default=0) * 2 * parallel > sum(sizes)
 
 
 class ReadWarcFile(beam.DoFn):
@@ -126,7 +155,8 @@ def read_warcs(p, cfg) -> WarcRead:
     """The input files (matched once when the run is planned: `cfg["input_files"]`) read record by
     record, each file once, and each pipeline reading them once: every stage that reads the input
     (the text branch's reader, the image branches) shares this one read.
-    The documents are reshuffled: one big file must not keep extraction on one worker."""
+    The documents are reshuffled where one big file would keep extraction on one worker
+    (`spread_records`)."""
     if p not in _READS:
         res = (p | "Files" >> beam.Create(cfg["input_files"])
                | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
@@ -134,7 +164,7 @@ def read_warcs(p, cfg) -> WarcRead:
                | "Reshuffle files" >> beam.Reshuffle()
                | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], cfg.get("progress_dir"))).with_outputs(
                    DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
-        docs = res.docs | "Spread records" >> beam.Reshuffle()
+        docs = res.docs | "Spread records" >> beam.Reshuffle() if spread_records(cfg) else res.docs
         _READS[p] = WarcRead(docs, res.image, res.pdf, res[DROPPED], res[COUNTERS], res[FILE_ROWS])
     return _READS[p]
 

@@ -121,11 +121,15 @@ def test_exact_duplicates_name_their_survivor(one_worker):
     assert all(by_url[d["url"]]["category"] in ("exact_dup", "near_dup") for d in dups if d["url"] in by_url)
 
 
-def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
+@pytest.mark.parametrize("spread", [True, False])
+def test_two_workers_give_byte_identical_documents(one_worker, tmp_path, spread):
     """The text branch's documents and the shards (the image branches and the multimodal shards have
-    their own such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py)."""
+    their own such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py), with the
+    pages read reshuffled over the workers and processed where each file is read."""
     out1, _ = one_worker
-    run({**load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2), "stages": TEXT_BRANCH + ["pack"]})
+    cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2)
+    cfg["read"] = {**cfg["read"], "spread_records": spread}
+    run({**cfg, "stages": TEXT_BRANCH + ["pack"]})
     outputs = ["docs/text", "shards"]
     files1 = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
     files2 = sorted(p.relative_to(tmp_path) for o in outputs for p in (tmp_path / o).rglob("*") if p.is_file())
@@ -133,6 +137,25 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path):
     assert any(str(p).startswith("docs/text") for p in files1)
     for rel in files1:
         assert (out1 / rel).read_bytes() == (tmp_path / rel).read_bytes(), rel
+
+
+def test_pages_are_spread_over_the_workers_only_where_a_file_would_hold_one_up():
+    from pipelines.stages import spread_records
+
+    def cfg(sizes, workers=2, runner="FnApiRunner", beam_args=(), choice="auto"):
+        return {"read": {"spread_records": choice}, "runner": runner, "workers": workers,
+                "beam_args": list(beam_args), "input_files": [{"size": n} for n in sizes]}
+
+    assert not spread_records(cfg([10] * 12))                # 12 even files: each worker keeps 6
+    assert spread_records(cfg([60, 20, 20]))                 # one file holds 60% of the bytes
+    assert not spread_records(cfg([60, 20, 20], workers=1))  # one worker: nothing to spread to
+    assert not spread_records(cfg([25, 25, 25, 25]))         # exactly 1/(2P) each: still even
+    assert spread_records(cfg([10] * 12, workers=8))
+    assert spread_records(cfg([10] * 12, choice=True)) and not spread_records(cfg([60, 20, 20], choice=False))
+    # a distributed runner: the worker count its options give, the reshuffle where they give none
+    assert not spread_records(cfg([10] * 1000, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
+    assert spread_records(cfg([10] * 100, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
+    assert spread_records(cfg([10] * 1000, runner="FlinkRunner"))
 
 
 def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path, capsys):
