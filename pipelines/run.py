@@ -26,7 +26,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import io
+from pipelines import beam_overhead, io
 from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
 from pipelines.stage import READS_INPUT, READS_PREVIOUS, note_writes
@@ -365,7 +365,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             watch = Progress(cfg["progress_dir"], sum(f["size"] for f in files), len(files),
                              {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
                              console=os.dup(2), tty=os.isatty(2))
-        with worker_logs_to_file(cfg, root, "run"), watch, beam.Pipeline(options=options) as p:
+        local = beam_overhead.local_run() if runner in LOCAL_RUNNERS else contextlib.nullcontext()
+        with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on
             for group, markers, results in plan:
