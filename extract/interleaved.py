@@ -83,23 +83,27 @@ def linearise(html: str, page_url: str) -> Linearised:
     call (resiliparse, block structure kept); the markers cut it into nodes. A marker that does not come
     out (its image was in removed chrome) makes that image a chrome image."""
     tree = HTMLTree.parse(html)
-    imgs = list(tree.document.query_selector_all("img"))
+    document = tree.document  # elements by tag name (a plain walk) where a tag is all a selector says:
+    # this function took 0.90 ms a page on mixed-dev with CSS queries, 0.84 ms so
+    imgs = list(document.get_elements_by_tag_name("img"))
     refs = image_refs(tree, imgs, page_url)
     captions = {}
     for position, img in enumerate(imgs):
         img.setattr("data-curate-position", str(position))
-    for figure in list(tree.document.query_selector_all("figure")):
-        caption = figure.query_selector("figcaption")
+    figures = list(document.get_elements_by_tag_name("figure"))
+    for figure in figures:
+        caption = next(iter(figure.get_elements_by_tag_name("figcaption")), None)
         text = SPACES.sub(" ", caption.text).strip() if caption is not None else ""
-        for img in figure.query_selector_all("img"):
+        for img in figure.get_elements_by_tag_name("img"):
             captions.setdefault(int(img.getattr("data-curate-position")), text)  # the innermost figure's
-    for el in list(tree.document.query_selector_all("figure, figcaption")):
+    # each element's children move into a div of its own, so the order they are replaced in is immaterial
+    for el in figures + list(document.get_elements_by_tag_name("figcaption")):
         div = tree.create_element("div")
         for child in list(el.child_nodes):
             div.append_child(child)
         el.parent.replace_child(div, el)
-    for el in list(tree.document.query_selector_all(", ".join(CHROME))) + [
-            el for el in tree.document.query_selector_all(HIDDEN) if _hidden(el)]:
+    chrome = [el for tag in CHROME for el in document.get_elements_by_tag_name(tag)]
+    for el in chrome + [el for el in document.query_selector_all(HIDDEN) if _hidden(el)]:
         if el.parent is not None:  # not inside a subtree already removed
             el.decompose()
     for position, img in enumerate(imgs):
