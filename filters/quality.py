@@ -1,4 +1,4 @@
-"""Heuristic document-quality rules: Gopher quality + repetition, C4 (doc level), FineWeb.
+"""Heuristic document-quality rules: Gopher quality + repetition, C4 (doc level), FineWeb, CJK.
 
 Pure Python (stdlib ``re`` + numpy; pydantic for the config); no Beam imports, so it can
 be used from a DoFn, a notebook or a unit test alike.
@@ -16,6 +16,8 @@ with the published default thresholds:
   ``C4QualityFilter`` (lorem ipsum, curly bracket, minimum sentence count).  Lines are
   never rewritten or dropped here.
 * FineWeb -- Penedo et al. 2024, "The FineWeb Datasets" (datatrove ``FineWebQualityFilter``).
+* CJK -- this project's rules for what the word rules cannot see in Chinese and Japanese text
+  (each Han/Kana character is a word there): text written one character per bracket pair.
 
 Every rule -- threshold field, comparison, reason code, measured value, default and
 source -- is declared once, in :data:`RULES`; :class:`QualityConfig`'s threshold fields
@@ -122,6 +124,7 @@ _WORD = rf"{_STEM}(?:['’\-]{_STEM})*"
 _WORD_RE = re.compile(_WORD)
 _WORD_OR_CJK_RUN_RE = re.compile(rf"({_WORD})|([{_CJK}]+)")
 _CJK_RE = re.compile(rf"[{_CJK}]")
+_BRACKETED_CJK_RE = re.compile(rf"[【\[（(「『〔〈《]\s?[{_CJK}]\s?[】\]）)」』〕〉》]")
 # A whitespace-delimited run of punctuation/symbols ("|", "--", "==>", "•", "#"), which
 # is a token for the alphabetic-word rule only (see _count_symbol_tokens).
 _SYMBOL_TOKEN_RE = re.compile(r"\s[^\w\s]+(?!\S)")
@@ -265,7 +268,7 @@ def _count_symbol_tokens(text: str) -> int:
 # --------------------------------------------------------------------------------------
 
 #: Rule families, in output order; each is also a boolean config field of that name.
-FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk")
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -475,6 +478,15 @@ RULES: tuple[Rule, ...] = (
          f"{_FINEWEB}; {_DT_FW}: text.count('\\n') / len(words) > new_line_ratio (here line breaks "
          "between non-blank lines)",
          "Maximum line breaks per word"),
+    # ---- CJK
+    Rule("cjk_bracketed_chars", "cjk_bracketed_char_ratio", "cjk_max_bracketed_char_ratio", ">", 0.2, "cjk",
+         "this project: bracketed Han/Kana characters / Han/Kana characters > max_bracketed_char_ratio. "
+         "SEO spam writes Chinese one character per bracket pair (【随】【着】【经】【济】, "
+         "003338.cn in Common Crawl CC-MAIN-2020-34: 0.77 of its Han characters) so keyword filters miss it; "
+         "the word rules see ordinary one-character words. Real text brackets a single character for a "
+         "numbered heading or a note, (一) or 【注】: under 0.01 on every other zh/ja page of the bundled "
+         "sample and mixed-dev",
+         "Maximum share of Han/Kana characters that stand alone between brackets"),
 )
 
 # --------------------------------------------------------------------------------------
@@ -610,6 +622,8 @@ class _QualitySettings(BaseModel):
         "Run the C4 document-level rules (Raffel et al. 2020, 2.2); off: not measured."))
     fineweb: StrictBool = Field(True, description=(
         "Run the FineWeb rules (Penedo et al. 2024); off: not measured."))
+    cjk: StrictBool = Field(True, description=(
+        "Run the CJK rules (this project's; filters/quality.py); off: not measured."))
     gopher_stop_words: StopWords = Field(_freeze_stop_words(DEFAULT_STOP_WORDS), description=(
         "{lang: [words]} for the stop-word rule, which runs only for languages listed here "
         "(replaces the built-in lists: Gopher's English list, Rae et al. 2021 A.1.1, and small "
@@ -849,6 +863,8 @@ class QualityFilter:
             values.update(self._measure_c4(doc))
         if c.fineweb:
             values.update(self._measure_fineweb(doc))
+        if c.cjk:
+            values.update(self._measure_cjk(doc))
         return values
 
     def check(self, values: Mapping[str, float], lang: str) -> list[str]:
@@ -1079,6 +1095,18 @@ class QualityFilter:
             "fineweb_dup_line_char_ratio": _div(dup_chars, len(text) - text.count("\n")),
             "fineweb_newline_word_ratio": _div(max(n_lines - 1, 0), len(doc.words)),
         }
+
+    # ---- CJK -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _measure_cjk(doc: _Doc) -> dict[str, float]:
+        """``cjk_bracketed_char_ratio``: Han/Kana characters that stand alone between an opening and
+        a closing bracket (any of ``【[（(「『〔〈《`` with its partner or another closer), over all
+        Han/Kana characters; 0 for text without any."""
+        text = doc.text
+        if _CJK_RE.search(text) is None:
+            return {"cjk_bracketed_char_ratio": 0.0}
+        return {"cjk_bracketed_char_ratio": _div(len(_BRACKETED_CJK_RE.findall(text)), len(_CJK_RE.findall(text)))}
 
 
 

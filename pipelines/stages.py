@@ -324,9 +324,10 @@ class QualityStage(DocumentStage):
     """With `template_lines`, per-host template lines out first (lines on many pages of one host:
     filters/template_lines.py, pipelines/template_lines.py). C4 policy/javascript line removal (as
     datatrove's C4QualityFilter), then Gopher quality and repetition (Rae et al. 2021), C4 (Raffel et
-    al. 2020) and FineWeb (Penedo et al. 2024) document rules, each with its own reason and threshold
-    (filters/quality.py: the rule table cites each comparison's source); CJK-aware tokenisation; every
-    measured value kept in `scores`."""
+    al. 2020) and FineWeb (Penedo et al. 2024) document rules, and this project's CJK rule (text written
+    one character per bracket pair), each with its own reason and threshold (filters/quality.py: the
+    rule table cites each comparison's source); CJK-aware tokenisation; every measured value kept in
+    `scores`."""
 
     name, config, step = "quality", QualityConfig, ApplyQualityRules
 
