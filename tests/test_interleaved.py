@@ -187,6 +187,7 @@ def test_stage_one_documents_on_a_beam_run(tmp_path):
     c = one["counters"]
     assert c["in"] == len(PAGES) + 1 == c["out"] + c.get("dropped/no_images", 0)
     assert [d["url"] for d in one["drops"]] == ["https://example.org/"] and one["drops"][0]["reason"] == "no_images"
+    assert one["drops"][0]["text"] == ""  # no image passed the URL rules: its text is the text branch's only
     removed = sum(n for k, n in c.items() if k.startswith("images/") and k not in ("images/in", "images/kept"))
     assert c["images/in"] == c["images/kept"] + removed
     for name, label in PAGES.items():
@@ -208,6 +209,9 @@ def test_a_url_on_many_documents_is_chrome(tmp_path):
     res = _build(1, tmp_path / "out.json", max_pages=1, copies=("qa-indic-graphemes.en.html",))
     c = res["counters"]
     assert c["images/frequent_url"] == 2 * 13 and c["dropped/no_images"] == 3
+    # a page whose images were all frequent is dropped with its text, which the URL rule saw
+    dropped = {d["url"]: d for d in res["drops"]}
+    assert "Unicode code point" in dropped[PAGES["qa-indic-graphemes.en.html"]["url"]]["text"]
     assert PAGES["qa-indic-graphemes.en.html"]["url"] not in res["docs"] and len(res["docs"]) == len(PAGES) - 1
 
 
