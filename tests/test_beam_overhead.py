@@ -1,6 +1,8 @@
-"""pipelines/beam_overhead.py in real 2-process FnApiRunner pipelines: a stage whose input leaves a
-worker nothing runs as one bundle, a stage with work for both is still split; a local run's bundles
-sample no state, in the driver and in its workers."""
+"""pipelines/beam_overhead.py in real 2-process FnApiRunner pipelines: only the stages with work to
+share go to the worker processes, the rest run in the runner process; a local run's bundles sample no
+state, in the driver and in its workers."""
+
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -10,33 +12,52 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines import beam_overhead
 
 
-def test_a_stage_with_an_empty_part_runs_on_one_worker(monkeypatch):
+def test_only_stages_with_work_to_share_go_to_the_worker_processes(monkeypatch):
+    """With 2 worker processes: a GroupByKey of >= PARALLEL_MIN_KEYS keys and a "Spread ..." reshuffle
+    of 4 elements are split over both workers; a 50-key GroupByKey and a global count run as one
+    bundle in the runner process itself. Results are Beam's either way."""
+    import os
+
     beam_overhead.apply()  # (as importing pipelines.stage does)
-    bundles = []  # (stage name, elements sent) of every bundle a worker ran
+    bundles = []  # (stage name, elements sent, ran in the runner process) of every bundle
     real = fn_runner.BundleManager.process_bundle
 
     def counted(self, inputs, *args, **kwargs):
         sizes = [len(b) for chunks in inputs.values() for b in chunks]
-        bundles.append((self.bundle_context_manager.stage.name, sum(sizes)))
+        bundles.append((self.bundle_context_manager.stage.name, sum(sizes),
+                        isinstance(self.bundle_context_manager, beam_overhead._InProcess)))
         return real(self, inputs, *args, **kwargs)
 
     monkeypatch.setattr(fn_runner.BundleManager, "process_bundle", counted)
     options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
                                "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+    runner_pid, keys = os.getpid(), beam_overhead.PARALLEL_MIN_KEYS
     with beam.Pipeline(options=options) as p:
-        many = p | "Many" >> beam.Create(list(range(400)), reshuffle=False) | "Key" >> beam.Map(lambda x: (x % 50, x))
-        sums = many | "GroupKeys" >> beam.GroupByKey() | "Sum" >> beam.MapTuple(lambda k, xs: (k, sum(xs)))
+        items = p | "Items" >> beam.Create(list(range(2 * keys)), reshuffle=False)
+        many = (items | "KeyMany" >> beam.Map(lambda x: (x % keys, x)) | "GroupMany" >> beam.GroupByKey()
+                | "PidMany" >> beam.MapTuple(lambda k, xs: os.getpid()) | "DistinctMany" >> beam.Distinct())
+        few = items | "KeyFew" >> beam.Map(lambda x: (x % 50, x)) | "GroupFew" >> beam.GroupByKey()
+        sums = few | "Sum" >> beam.MapTuple(lambda k, xs: (k, sum(xs)))
+        pids_few = few | "PidFew" >> beam.MapTuple(lambda k, xs: os.getpid()) | "DistinctFew" >> beam.Distinct()
+        spread = (p | "Four" >> beam.Create([1, 2, 3, 4], reshuffle=False) | "Spread items" >> beam.Reshuffle()
+                  | "PidSpread" >> beam.Map(lambda x: os.getpid()) | "DistinctSpread" >> beam.Distinct())
         total = sums | "Total" >> beam.combiners.Count.Globally()
-        assert_that(sums, equal_to([(k, sum(range(k, 400, 50))) for k in range(50)]), label="Sums")
+        assert_that(sums, equal_to([(k, sum(range(k, 2 * keys, 50))) for k in range(50)]), label="Sums")
         assert_that(total, equal_to([50]), label="Count")
-    by_stage: dict[str, list[int]] = {}
-    for stage, size in bundles:
-        by_stage.setdefault(stage, []).append(size)
-    grouped = [sizes for stage, sizes in by_stage.items() if "(GroupKeys/Read)" in stage]
-    counted_once = [sizes for stage, sizes in by_stage.items() 
-                    if "(Total/CombineGlobally(CountCombineFn)/CombinePerKey/Group/Read)" in stage]
-    assert grouped and all(len(sizes) == 2 and min(sizes) > 0 for sizes in grouped)  # 50 keys: both workers
-    assert counted_once and all(len(sizes) == 1 for sizes in counted_once)  # one count: one bundle
+        assert_that(pids_few, equal_to([runner_pid]), label="FewHere")
+        for label, pids in (("Many", many), ("Spread", spread)):  # two worker processes, not this one
+            assert_that(pids | f"Both{label}" >> beam.combiners.ToList()
+                        | f"Check{label}" >> beam.Map(lambda ps: len(ps) == 2 and runner_pid not in ps),
+                        equal_to([True]), label=f"{label}OnWorkers")
+    by_stage: dict[str, list[tuple[int, bool]]] = {}
+    for stage, size, here in bundles:
+        by_stage.setdefault(stage, []).append((size, here))
+    def runs(fragment):
+        return next(v for stage, v in by_stage.items() if fragment in stage)
+    assert [here for _, here in runs("(GroupMany/Read)")] == [False, False]
+    assert [here for _, here in runs("(Spread items/ReshufflePerKey/GroupByKey/Read)")] == [False, False]
+    assert runs("(GroupFew/Read)") == [(runs("(GroupFew/Read)")[0][0], True)]
+    assert [here for _, here in runs("(Total/CombineGlobally(CountCombineFn)/CombinePerKey/Group/Read)")] == [True]
 
 
 def test_a_local_run_samples_no_state_in_any_process_and_keeps_metrics():
@@ -75,3 +96,29 @@ def test_a_local_run_samples_no_state_in_any_process_and_keeps_metrics():
     assert sum(c.committed for c in counters) == 40
     assert statesampler.StateSampler.start is beam_overhead._SAMPLER_START
     assert beam_overhead.LOCAL_RUN_ENV not in os.environ
+
+
+def test_a_run_whose_stages_all_stay_in_the_runner_process_still_ends():
+    """With 2 worker processes and nothing to share, every stage runs in the runner process and the
+    run can end before a worker has connected: it must still end (the worker is told there is no
+    work when it connects), not wait for that worker forever. Run in a child with a deadline."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from apache_beam.testing.util import assert_that, equal_to
+        from pipelines import beam_overhead
+        beam_overhead.apply()
+        options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                                   "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+        with beam.Pipeline(options=options) as p:
+            sums = (p | beam.Create([(1, 2), (1, 3), (2, 5)], reshuffle=False) | beam.CombinePerKey(sum))
+            assert_that(sums, equal_to([(1, 5), (2, 5)]))
+        print("ended")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
