@@ -216,7 +216,7 @@ def shares_work(inputs) -> bool:
     """Whether a stage's bundle goes to the worker processes: its input comes out of a "Spread ..."
     reshuffle (the input files, each a file's worth of work), or out of a GroupByKey with at least
     PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the flattened drop rows a
-    stage writes, a few thousand image bytes) costs more to ship to a worker and back than the
+    stage writes, the bytes of a few thousand images) costs more to ship to a worker and back than the
     worker saves: on 6 copies of mixed-dev (10,158 pages, 2 workers) 357 of 409 stages were slower
     with 2 worker processes than in process (5.6 s in all), and the whole run took 43.5/43.7 s when
     every stage with work for both went to the workers, 38.9/40.3 s with this rule (alternating runs)."""
@@ -228,9 +228,9 @@ def shares_work(inputs) -> bool:
 
 class _InProcess:
     """A stage's bundle context whose worker is the runner process itself (Beam's EmbeddedWorkerHandler:
-    in-memory data and state planes, the mode of a 1-worker run), for the bundles that run on one
-    worker anyway: a bundle then costs no round trip through gRPC to a worker process. The handler is
-    made once per run and closed with the run's other workers."""
+    in-memory data and state planes, the mode of a 1-worker run), for the stages that do not share
+    work: such a bundle then costs no round trip through gRPC to a worker process. The handler is made
+    once per run and closed with the run's other workers."""
 
     def __init__(self, context):
         self._context = context

@@ -161,7 +161,7 @@ def read_warcs(p, cfg) -> WarcRead:
         res = (p | "Files" >> beam.Create(cfg["input_files"])
                | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
                | "Open" >> fileio.ReadMatches()
-               | "Spread files" >> beam.Reshuffle()
+               | "Spread files" >> beam.Reshuffle()  # "Spread ...": shared by local workers (beam_overhead)
                | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], cfg.get("progress_dir"))).with_outputs(
                    DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
         docs = res.docs | "Spread records" >> beam.Reshuffle() if spread_records(cfg) else res.docs
