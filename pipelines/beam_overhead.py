@@ -243,8 +243,6 @@ class _InProcess:
         manager = self._context.execution_context.worker_handler_manager
         handlers = manager._cached_handlers[IN_PROCESS]  # (a defaultdict: close_all closes and forgets it)
         if not handlers:
-            from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
             environment = next(iter(manager._environments.values()))
             handlers.append(worker_handlers.EmbeddedWorkerHandler(
                 None, manager.state_servicer, manager._job_provision_info.for_environment(environment), manager))

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
+LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner"})  # the runners that run on this machine
 
 
 class UserError(ValueError):

@@ -28,6 +28,7 @@ from dedup.near import NearDedupConfig
 from filters.quality import QualityConfig
 from packing.config import PackConfig
 from pipelines import io
+from pipelines.config import LOCAL_RUNNERS
 from pipelines.image_pairs import ImagePairsConfig
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, READS_OUTPUTS, STAGES, Built, Drop, DocumentStage, DocumentStep, Section, Stage,
                              counter, drop_row, dropped, register, with_scores)
@@ -60,7 +61,7 @@ def spread_records(cfg: dict) -> bool:
     choice = cfg["read"]["spread_records"]
     if choice != "auto":
         return choice
-    if cfg["runner"] in ("FnApiRunner", "DirectRunner"):
+    if cfg["runner"] in LOCAL_RUNNERS:
         parallel = int(cfg["workers"])
     else:
         given = [a.split("=", 1)[1] for a in cfg["beam_args"] if a.split("=", 1)[0] in WORKER_ARGS and "=" in a]
