@@ -1,27 +1,28 @@
 """Per-host template lines as a Beam transform (the rule and its defaults: filters/template_lines.py).
 
-    documents ─┬─ (host, page identity) -> distinct line hashes   one row per distinct page of a host
-               │     │ CombinePerKey(min)                         (copies of one page count once)
-               │     ├─ (host, line hash) -> distinct pages       Count.PerElement (a CombinePerKey)
-               │     │     └─ filter >= min_pages -> (host, (line hash, pages))
-               │     └─ host -> distinct pages                    Count.PerElement
-               │           CoGroupByKey by host (line hashes and one count: never documents)
-               │           -> (host, frozenset of template hashes) for hosts that have any
-               └─ RemoveLines (ParDo, the template sets as an AsDict side input)
-                     -> each document without its host's template lines, score `template_lines`
+    documents ─┬─ Lines (one ParDo, each document's distinct line hashes computed once)
+               │   ├─ pages: (host, page identity) -> its line hashes       one row per page of a host
+               │   │     │ CombinePerKey(min)                                (copies of one page count once)
+               │   │     ├─ (host, line hash) -> distinct pages             Count.PerElement (a CombinePerKey)
+               │   │     │     └─ filter >= min_pages -> (host, (line hash, pages))
+               │   │     └─ host -> distinct pages                          Count.PerElement
+               │   │           CoGroupByKey by host (line hashes and one count: never documents)
+               │   │           -> (host, frozenset of template hashes) for hosts that have any
+               │   │                 └─ (host, template hash)
+               │   └─ lines: (host, line hash) -> document id ──┐
+               │                     CoGroupByKey by (host, line hash) ┘ -> (document id, template hash)
+               └─ (document id, document) ──┐
+                                 CoGroupByKey by document id ┘ -> RemoveLines
+                                 -> each document without its template lines, score `template_lines`
 
-Hot keys. The documents are never grouped: a host with 100k pages is no hot key, because each
-document is streamed through one ParDo that looks its host up in the side input. What is shuffled
-is small: per distinct page, its tuple of 8-byte line hashes (keyed by host and page identity: no hot
-key); per (host, line), a count (combiner-lifted, so a menu line on 100k pages is 100k partial counts
-summed before the shuffle); per host, the candidate lines (lines on >= min_pages pages only: most
-lines are on one page) and one count, grouped by host. A big host's CoGroupByKey holds its candidate
-hashes, ints, not documents. The side input holds every host's template set on each worker: bounded
-per host by (distinct lines per page) / min_share once min_share binds, a few MB for this project's
-corpora. At web scale (tens of millions of hosts) the side input would grow to GBs; the alternative
-then is to key the removal by (host, line hash): each document emits (host, line hash) -> id, joined
-with the template set to (id, line hash), then grouped by id with the document. It costs two more
-shuffles of every line, and its hot keys (a menu line's 100k ids) are ids, not documents.
+Scale. Nothing global sits in one process: the template sets reach the documents through a join keyed
+by (host, line hash), then one keyed by document id, so no worker holds more than one key's values (a
+side input of every host's template set, as C4-style pipelines often use, would be GBs at web scale:
+tens of millions of hosts). Hot keys hold small values: a menu line on 100k pages of one host is one
+(host, line hash) key with 100k document ids; its counts are combiner-lifted (100k partial counts
+summed before the shuffle); a big host's CoGroupByKey holds its candidate hashes and one count (lines
+on >= min_pages pages only: most lines are on one page), never documents. The price is two shuffles of
+every document's line hashes (8 bytes and an id each) and one of the documents.
 
 Deterministic: the template sets are functions of the input's multiset of documents (counts and set
 membership), whatever the bundles or worker count, and each document's output depends on its text
@@ -46,17 +47,24 @@ class TemplateLines(NamedTuple):
     counters: beam.PCollection  # ("template_lines/hosts", n), ("template_lines/lines_removed", n), ...
 
 
-def _page(doc: dict):
-    """((host, page identity), the page's distinct line hashes) for a document with a host."""
-    from filters.template_lines import host_of, line_hashes
+class _Lines(beam.DoFn):
+    """Each document with a host and a line: ((host, page identity), its distinct line hashes) for the
+    counts, and ((host, line hash), document id) on "lines" for the removal join."""
 
-    host = host_of(doc.get("url"))
-    if host is None:
-        return
-    hashes = line_hashes(doc.get("text") or "")
-    if hashes:
+    def process(self, doc):
+        from filters.template_lines import host_of, line_hashes
+
+        host = host_of(doc.get("url"))
+        if host is None:
+            return
+        hashes = line_hashes(doc.get("text") or "")
+        if not hashes:
+            return
         identity = hashlib.blake2b(b"".join(h.to_bytes(8, "big") for h in hashes), digest_size=16).digest()
         yield (host, identity), hashes
+        doc_id = doc["id"]
+        for h in hashes:
+            yield beam.pvalue.TaggedOutput("lines", ((host, h), doc_id))
 
 
 def _host_templates(host_grouped, min_pages: int, min_share: float):
@@ -69,25 +77,32 @@ def _host_templates(host_grouped, min_pages: int, min_share: float):
         yield host, template
 
 
+def _lines_to_remove(element):
+    """(document id, line hash) for every document holding a template line of its host."""
+    (_, line), grouped = element
+    if grouped["template"]:
+        for doc_id in grouped["docs"]:
+            yield doc_id, line
+
+
 class _RemoveLines(beam.DoFn):
-    """Each document without its host's template lines; counts what it removed, per bundle."""
+    """Each document without the template lines joined to its id; counts what it removed, per bundle."""
 
     def start_bundle(self):
         self.removed = self.changed = 0
 
-    def process(self, doc, templates):
-        from filters.template_lines import host_of, remove_template_lines
+    def process(self, element):
+        from filters.template_lines import remove_template_lines
 
-        host = host_of(doc.get("url"))
-        template = templates.get(host) if host is not None else None
-        removed = 0
-        if template:
+        _, grouped = element
+        template = frozenset(grouped["remove"])
+        for doc in grouped["doc"]:  # one document per id; the same record read twice would be two
             text, removed = remove_template_lines(doc["text"], template)
             if removed:
                 doc = {**doc, "text": text}
                 self.removed += removed
                 self.changed += 1
-        yield with_scores(doc, **{SCORE: float(removed)})
+            yield with_scores(doc, **{SCORE: float(removed)})
 
     def finish_bundle(self):
         from apache_beam.transforms.window import GlobalWindow
@@ -108,8 +123,8 @@ class RemoveTemplateLines(beam.PTransform):
 
     def expand(self, docs):
         min_pages, min_share = self.min_pages, self.min_share
-        pages = (docs | "Pages" >> beam.FlatMap(_page)
-                 | "DistinctPages" >> beam.CombinePerKey(min))  # equal identities: equal hash tuples
+        found = docs | "Lines" >> beam.ParDo(_Lines()).with_outputs("lines", main="pages")
+        pages = found.pages | "DistinctPages" >> beam.CombinePerKey(min)  # equal identities: equal hash tuples
         line_pages = (pages | "HostLines" >> beam.FlatMap(lambda kv: ((kv[0][0], h) for h in kv[1]))
                       | "CountLinePages" >> beam.combiners.Count.PerElement()
                       | "Candidates" >> beam.Filter(lambda kv: kv[1] >= min_pages)
@@ -118,8 +133,12 @@ class RemoveTemplateLines(beam.PTransform):
                       | "CountHostPages" >> beam.combiners.Count.PerElement())
         templates = ({"lines": line_pages, "pages": host_pages} | "JoinHost" >> beam.CoGroupByKey()
                      | "Templates" >> beam.FlatMap(_host_templates, min_pages, min_share))
-        res = docs | "RemoveLines" >> beam.ParDo(_RemoveLines(), beam.pvalue.AsDict(templates)).with_outputs(
-            "counters", main="docs")
+        template_lines = templates | "TemplateKeys" >> beam.FlatMap(lambda kv: (((kv[0], h), True) for h in kv[1]))
+        to_remove = ({"template": template_lines, "docs": found.lines} | "JoinLines" >> beam.CoGroupByKey()
+                     | "LinesToRemove" >> beam.FlatMap(_lines_to_remove))
+        by_id = docs | "ById" >> beam.Map(lambda doc: (doc["id"], doc))
+        res = ({"doc": by_id, "remove": to_remove} | "JoinDocs" >> beam.CoGroupByKey()
+               | "RemoveLines" >> beam.ParDo(_RemoveLines()).with_outputs("counters", main="docs"))
         counters = [res.counters,
                     templates | "CountHosts" >> beam.Map(lambda _: ("template_lines/hosts", 1)),
                     templates | "CountTemplateLines" >> beam.MapTuple(lambda _, t: ("template_lines/template_lines",

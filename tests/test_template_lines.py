@@ -183,3 +183,31 @@ def test_no_template_anywhere_leaves_every_document_as_it_was():
         assert_that(res.docs, equal_to([{**d, "scores": {"template_lines": 0.0}} for d in docs]), label="Docs")
         assert_that(res.templates, equal_to([]), label="Templates")
         assert_that(res.counters, equal_to([]), label="Counters")
+
+
+def test_the_same_record_twice_comes_out_twice_without_its_template_lines():
+    docs = _docs() + [dict(d) for d in _docs() if d["id"] in ("a3", "nourl")]  # one id, two documents
+    expected = _expected()
+    expected += [d for d in expected if d["id"] in ("a3", "nourl")]
+    from pipelines.template_lines import RemoveTemplateLines
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner", "--no_pipeline_type_check"])) as p:
+        res = p | beam.Create(docs) | RemoveTemplateLines(3, 0.1)
+        assert_that(res.docs, equal_to(expected))
+
+
+def test_template_sets_reach_the_documents_by_joins_never_a_side_input():
+    """At web scale every host's template set is GBs: no worker may be handed all of them."""
+    from pipelines.template_lines import RemoveTemplateLines
+
+    p = beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner", "--no_pipeline_type_check"]))
+    _ = p | beam.Create(_docs()) | "TL" >> RemoveTemplateLines(3, 0.1)
+    transforms = p.to_runner_api().components.transforms.values()
+    ours = [t for t in transforms if t.unique_name.startswith("TL/")]
+    for t in ours:
+        if t.spec.urn == "beam:transform:pardo:v1":
+            from apache_beam.portability.api import beam_runner_api_pb2
+
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
+            assert not payload.side_inputs, t.unique_name
+    assert any("JoinDocs" in t.unique_name for t in ours)
