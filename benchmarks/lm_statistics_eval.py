@@ -2,7 +2,7 @@
 alone and combined with the shipped cheap heads, with a whole generator held out at a time.
 
     python benchmarks/lm_statistics_eval.py [--data ../shared/data] [--per-group 40]
-        [--observer models/lm/qwen2.5-coder-0.5b-instruct] [--performer models/lm/qwen2.5-coder-1.5b-instruct]
+        [--observer models/lm/qwen2.5-coder-0.5b-instruct] [--performer models/lm/qwen2.5-coder-1.5b-instruct | none]
         [--max-tokens 128] [--rows rows.json]
 
 The texts: filters/train_synthetic.py's held-out split of the llm data (generators gpt-4, gpt-neox-20b,
@@ -42,8 +42,17 @@ from filters.synthetic import ft_logit as logit  # noqa: E402
 
 CHEAP = ["ngram_logit", "style_logit"]
 LM = ["perf_lp_p10", "obs_log_rank_mean", "perf_lp_std", "obs_lp_mean"]
-SETS = {"cheap_heads": CHEAP, "lm_statistics": LM, "cheap_heads+lm_statistics": CHEAP + LM,
-        "cheap_heads+binoculars+d": CHEAP + ["binoculars", "perf_d"]}
+LM_ONE = ["obs_lp_p10", "obs_log_rank_mean", "obs_lp_std", "obs_lp_mean"]  # no performer: the observer's alone
+
+
+def feature_sets(pair: bool) -> dict:
+    lm = LM if pair else LM_ONE
+    sets = {"cheap_heads": CHEAP, "lm_statistics": lm, "cheap_heads+lm_statistics": CHEAP + lm}
+    if pair:
+        sets["cheap_heads+binoculars+d"] = CHEAP + ["binoculars", "perf_d"]
+    else:
+        sets["cheap_heads+d"] = CHEAP + ["obs_d"]
+    return sets
 HELD_OUT = ("gpt-4", "gpt-neox-20b", "opt-2.7b", "asap")
 
 
@@ -111,11 +120,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.join(os.path.dirname(sys.path[0]), "shared", "data"))
     ap.add_argument("--observer", default="models/lm/qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--performer", default="models/lm/qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--performer", default="models/lm/qwen2.5-coder-1.5b-instruct",
+                    help="'none': the observer's statistics alone (e.g. Gemma 3 270M, models/lm/gemma-3-270m-q4_k_m.gguf)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--per-group", type=int, default=40)
     ap.add_argument("--rows", default=None, help="JSON cache of the scored rows (read if present, written)")
     args = ap.parse_args()
+    performer = None if args.performer.lower() == "none" else args.performer
+    sets = feature_sets(performer is not None)
 
     rows = json.load(open(args.rows)) if args.rows and os.path.exists(args.rows) else []
     items = pick(args.data, args.per_group)
@@ -128,7 +140,7 @@ def main() -> int:
 
         torch.set_num_threads(os.cpu_count() or 1)
         scorer = SyntheticTextScorer().load()
-        lm = TokenStatistics(args.observer, args.performer, max_tokens=args.max_tokens, batch_size=1).load()
+        lm = TokenStatistics(args.observer, performer, max_tokens=args.max_tokens, batch_size=1).load()
         rng = random.Random(11)
         started, done = time.perf_counter(), 0
         for it in items[len(rows):]:
@@ -145,7 +157,7 @@ def main() -> int:
             if args.rows:
                 json.dump(rows, open(args.rows, "w"))
         seconds = (time.perf_counter() - started) / max(done, 1)
-    report = {"observer": args.observer, "performer": args.performer, "max_tokens": args.max_tokens,
+    report = {"observer": args.observer, "performer": performer, "max_tokens": args.max_tokens,
               "rows": len(rows), "seconds_per_doc": None if seconds is None else round(seconds, 2)}
     parts = subsets(rows)
     report["n_pos_neg"] = {k: [sum(r["label"] for r in v), sum(1 - r["label"] for r in v)] for k, v in parts.items()}
@@ -155,7 +167,7 @@ def main() -> int:
     for g in HELD_OUT:
         ev = split_for(rows, g)[1]
         report["combiners"]["shipped_naive_sum"][g] = round(T.roc_auc([r["label"] for r in ev], [r["llm"] for r in ev]), 3)
-    for name, feats in SETS.items():
+    for name, feats in sets.items():
         out = {}
         for g in HELD_OUT:
             fit, ev = split_for(rows, g)
@@ -166,7 +178,7 @@ def main() -> int:
         out = {}
         for g in HELD_OUT:
             fit, ev = split_for(rows, g)
-            comb = combiner_scores(fit, ev, CHEAP + LM)
+            comb = combiner_scores(fit, ev, sets["cheap_heads+lm_statistics"])
             cheap = np.array([logit(r["llm"]) for r in ev])
             lo, hi = np.quantile(cheap, [0.5 - share / 2, 0.5 + share / 2])  # no labels used
             inside = (cheap >= lo) & (cheap <= hi)
