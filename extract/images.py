@@ -86,6 +86,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 URL_SAFE = "/%:@!$&'()*+,;=~-._"
 # Image placeholders in the extracted text (Unicode private-use characters).
 MARKER = re.compile("\ue000(\\d+)\ue001")
+# An <img> element comes from an `img` start tag or an `image` one, which the HTML parser renames
+# (WHATWG HTML, 13.2.6.4.7 "in body": 'A start tag whose tag name is "image"'); resiliparse does.
+IMG_START_TAG = re.compile(r"<im(?:g|age)\b", re.I)
 DIMENSION = re.compile(r"^\s*(\d{1,6})(?:\.\d*)?\s*(?:px)?\s*$", re.I)
 SRCSET_DESCRIPTOR = re.compile(r"^(\d+(?:\.\d+)?)([wx])$", re.I)
 
@@ -235,11 +238,17 @@ def image_refs(tree: HTMLTree, imgs: list, page_url: str) -> list[ImageRef]:
     return refs
 
 
+def may_hold_images(html: str) -> bool:
+    """False when `html` cannot hold an <img> element (no `<img` or `<image` start tag anywhere), so
+    nothing needs parsing to know it has no images; true does not promise one (a tag in a comment)."""
+    return IMG_START_TAG.search(html) is not None
+
+
 def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[ImageRef]:
     """Every <img> of `html` as an ImageRef, in document order. Context: each img is replaced by a
     marker text node and the page goes through resiliparse's plain-text extractor (visible text,
     block structure kept), so the text around the marker is what a reader sees around the image."""
-    if not re.search(r"<img\b", html, re.I):
+    if not may_hold_images(html):
         return []
     tree = HTMLTree.parse(html)
     imgs = list(tree.document.query_selector_all("img"))

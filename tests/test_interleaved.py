@@ -523,3 +523,33 @@ def _check_image_spans(out: Path) -> None:
                 spans += 1
             assert int((ids == image_id).sum()) == sum(s["tokens"] for s in item["images"])
     assert spans == sum(m["images"] for m in run_meta["phases"].values()) > 0
+
+
+def test_a_page_that_cannot_hold_an_img_is_not_walked_and_image_tags_count_as_img(monkeypatch):
+    """`<image>` start tags become <img> elements (the HTML parser renames them), so both branches look
+    for either tag before they parse; a page with neither gives the stage the same document without the
+    DOM walk."""
+    import apache_beam as beam
+
+    import extract.images
+    from extract.images import extract_images, may_hold_images
+    from pipelines.interleaved import InterleavedConfig, _Linearise
+
+    assert not may_hold_images("<p>Text only, an <imgx> element and no image.</p>")
+    assert may_hold_images("<P><IMG SRC=a.jpg>") and may_hold_images('<image src="a.jpg">')
+    html = ('<html><body><p>Before the picture.</p><image src="https://example.org/cat.jpg" alt="A cat">'
+            '<p>After the picture.</p></body></html>')
+    assert [r.url for r in extract_images(html, "https://example.org/")] == ["https://example.org/cat.jpg"]
+    assert [n.image.url for n in linearise(html, "https://example.org/").images] == ["https://example.org/cat.jpg"]
+
+    page = {"id": "p", "url": "https://example.org/a", "warc_file": "f", "warc_offset": 0, "warc_date": None,
+            "html": "<html><body><nav>Home | News</nav><h1>A title</h1><p>" + "Words of an article. " * 40
+                    + "</p><footer>Contact</footer></body></html>"}
+    stage = _Linearise(InterleavedConfig().model_dump())
+    def outputs():
+        return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o for o in stage.process(page)]
+
+    skipped = outputs()
+    monkeypatch.setattr(extract.images, "may_hold_images", lambda _html: True)  # force the DOM walk
+    assert outputs() == skipped
+    assert [o for o in skipped if isinstance(o, dict)][0]["nodes"] == []
