@@ -3,7 +3,7 @@ alone and combined with the shipped cheap heads, with a whole generator held out
 
     python benchmarks/lm_statistics_eval.py [--data ../shared/data] [--per-group 40]
         [--observer models/lm/qwen2.5-coder-0.5b-instruct] [--performer models/lm/qwen2.5-coder-1.5b-instruct | none]
-        [--max-tokens 128] [--rows rows.json]
+        [--max-tokens 128] [--rows rows.json] [--lm-logit A B]
 
 The texts: filters/train_synthetic.py's held-out split of the llm data (generators gpt-4, gpt-neox-20b,
 opt-2.7b never trained on, their human test pages, and ASAP ChatGPT essays vs student essays, an unseen
@@ -16,7 +16,8 @@ Prints JSON: `features`: each statistic's ROC-AUC per subset (oriented: a value 
 -(1 - AUC), i.e. lower means machine); `combiners`: a logistic regression (filters/logistic.fit_logreg)
 over feature sets, fitted on every other held-out generator (ASAP: on the web-text generators) and half
 of the human pages (by a hash of the source), scored on the held-out generator and the other half; the
-shipped naive sum of heads beside it; `cascade`: the cheap score decides outside its middle band, the
+shipped naive sum of heads beside it (and with --lm-logit the shipped LM head); the cheap and LM
+combiners fitted apart and summed in units of the human pages' spread; `cascade`: the cheap score decides outside its middle band, the
 combiner orders the band (the share of pages sent to the LMs). The held-out units are whole generators;
 with --per-group 40 each subset has ~40 machine and ~40 human pages, so differences under ~0.05 are noise.
 `seconds_per_doc`: both LMs, one process.
@@ -116,6 +117,18 @@ def combiner_scores(fit, ev, names):
     return np.array([head["bias"] + float(((np.array([r[f] for f in names]) - m) / s) @ w) for r in ev])
 
 
+def standardised_sum(fit, ev, cheap, lm):
+    """A combiner of the cheap logits and one of the LM statistics, each fitted alone and put in units
+    of its fit's human pages (mean 0, spread 1), summed: neither set's weights are learnt against the
+    other's."""
+    def z(names):
+        on_fit = combiner_scores(fit, fit, names)
+        human = on_fit[[r["label"] == 0 for r in fit]]
+        return (combiner_scores(fit, ev, names) - human.mean()) / (human.std() + 1e-9)
+
+    return z(cheap) + z(lm)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.join(os.path.dirname(sys.path[0]), "shared", "data"))
@@ -125,6 +138,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--per-group", type=int, default=40)
     ap.add_argument("--rows", default=None, help="JSON cache of the scored rows (read if present, written)")
+    ap.add_argument("--lm-logit", type=float, nargs=2, default=None, metavar=("A", "B"),
+                    help="with --performer none: also the shipped LM head, log-odds A*obs_d + B added to "
+                         "llm_generated (configs/local_lm.yaml's lm_logit for Gemma)")
     args = ap.parse_args()
     performer = None if args.performer.lower() == "none" else args.performer
     sets = feature_sets(performer is not None)
@@ -173,6 +189,17 @@ def main() -> int:
             fit, ev = split_for(rows, g)
             out[g] = round(T.roc_auc([r["label"] for r in ev], combiner_scores(fit, ev, feats)), 3)
         report["combiners"][name] = out
+    lm_set = sets["lm_statistics"]
+    report["combiners"]["cheap_heads+lm_statistics_standardised_sum"] = {
+        g: round(T.roc_auc([r["label"] for r in ev], standardised_sum(fit, ev, CHEAP, lm_set)), 3)
+        for g, (fit, ev) in ((g, split_for(rows, g)) for g in HELD_OUT)}
+    if args.lm_logit and performer is None:
+        from filters.synthetic import with_lm_head
+
+        report["combiners"]["shipped_lm_head"] = {
+            g: round(T.roc_auc([r["label"] for r in ev], [with_lm_head(r["llm"], r["obs_d"], args.lm_logit)
+                                                            for r in ev]), 3)
+            for g, ev in ((g, split_for(rows, g)[1]) for g in HELD_OUT)}
     report["cascade"] = {}
     for share in (0.3, 0.5, 0.7):
         out = {}
