@@ -607,8 +607,8 @@ class _QualitySettings(BaseModel):
         "Remove per-host template lines before the other line steps and the rules: a line (normalised: "
         "whitespace, case, digits as 0) on >= template_lines_min_pages distinct pages of the same host, and "
         "on >= template_lines_min_share of them (filters/template_lines.py; C4, OBELICS, RefinedWeb remove "
-        "lines repeated across pages). A cross-page step: `curate extract`, one page at a time, does not apply "
-        "it. Off by default (README, text branch)."))
+        "lines repeated across pages). A cross-page step: `curate extract` reads its inputs twice for it. Off "
+        "by default (README, text branch)."))
     template_lines_min_pages: _number_type(int, optional=False, minimum=2) = Field(3, description=(
         "Distinct pages of a host (copies with the same lines count once) a template line is on at least."))
     template_lines_min_share: float = Field(0.1, ge=0, le=1, description=(

@@ -19,7 +19,9 @@ The logic, without Beam (pipelines/template_lines.py is the Beam graph):
   do not make its every line a template line (removing them all would empty the copies before the
   exact/near dedup stages could keep one);
 - `remove_template_lines`: one document's text without its host's template lines, other lines and
-  their order kept.
+  their order kept;
+- `host_templates`: the whole rule over pages held in memory, the reference the Beam graph must agree
+  with (`curate extract` uses it over its inputs, the tests as the oracle).
 
 Defaults, from first principles (never tuned on the dev labels):
 - `min_pages = 3`: two pages sharing an exact line are as often two versions of one page (a print or
@@ -113,3 +115,24 @@ def remove_template_lines(text: str, template: frozenset[int] | set[int]) -> tup
     if len(kept) == len(lines):
         return text, 0
     return "\n".join(kept).strip(), len(lines) - len(kept)
+
+
+def host_templates(pages: Iterable[tuple[str | None, tuple[int, ...]]], min_pages: int = MIN_PAGES,
+                   min_share: float = MIN_SHARE) -> dict[str, frozenset[int]]:
+    """{host: its template-line hashes} for the hosts that have any, from (host, `line_hashes` of the
+    text) of every document (documents without a host or a line count nowhere; copies with the same
+    lines count once): the rule of this module in one process."""
+    distinct: dict[str, set[tuple[int, ...]]] = {}
+    for host, hashes in pages:
+        if host is not None and hashes:
+            distinct.setdefault(host, set()).add(hashes)
+    out = {}
+    for host, identities in distinct.items():
+        line_pages: dict[int, int] = {}
+        for hashes in identities:
+            for h in hashes:
+                line_pages[h] = line_pages.get(h, 0) + 1
+        template = template_hashes(line_pages.items(), len(identities), min_pages, min_share)
+        if template:
+            out[host] = template
+    return out

@@ -5,7 +5,10 @@ The text comes from the text branch's own steps, called one document at a time w
 the read stage's verdict on each record (`extract.records.record_fates`), `ExtractText` (charset
 decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's line
 removal (filters/clean.py), with the run config's sections. So a line's `text` is what `docs/text` holds for that
-page when no later rule drops it.
+page when no later rule drops it. With `quality.template_lines`, a cross-page step, the inputs are read
+twice: once to count each host's template lines over all of them (filters/template_lines.py
+`host_templates`, the rule the pipeline computes with Beam combines), once to write the pages without
+them, so the text agrees with a run over the same inputs.
 
 Lines: `{"url": ..., "text": ..., "reason": ...}` per WARC record that stands for a page (requests,
 metadata and warcinfo records are not pages), `{"path": ..., ...}` per HTML file; `text` is null when
@@ -36,9 +39,13 @@ class TextBranchSteps:
             step.setup()
             step.start_bundle()
 
+        self.templates: dict = {}  # host -> its template-line hashes (quality.template_lines)
+        self.seen: list | None = None  # while counting them: (host, line hashes) of every page
+
     def __call__(self, raw: dict) -> tuple[str | None, str | None]:
         """(text, None) or (None, reason) for one raw page (io.RAW_SCHEMA)."""
         from filters.clean import clean_for_rules
+        from filters.template_lines import host_of, line_hashes, remove_template_lines
         from pipelines.stage import Drop
 
         doc = self.extract.step(raw)
@@ -47,10 +54,28 @@ class TextBranchSteps:
         doc = self.language.step(doc)
         if isinstance(doc, Drop):
             return None, doc.reason
+        text, host = doc["text"], host_of(doc.get("url"))
+        if self.seen is not None:
+            self.seen.append((host, line_hashes(text)))
+            return None, None
+        if host in self.templates:
+            text, _ = remove_template_lines(text, self.templates[host])
         quality = self.cfg["quality"]
-        text, _ = clean_for_rules(doc["text"], quality["c4_line_filter"], quality["link_list_lines"],
+        text, _ = clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
                                   quality["boilerplate_model"])
         return text, None
+
+    def count_templates(self, pages: Iterator[dict]) -> None:
+        """Reads `pages` (an iterator over the inputs that calls this object) for the template lines
+        of each host; later calls remove them."""
+        from filters.template_lines import host_templates
+
+        quality = self.cfg["quality"]
+        self.seen = []
+        for _ in pages:
+            pass
+        seen, self.seen = self.seen, None
+        self.templates = host_templates(seen, quality["template_lines_min_pages"], quality["template_lines_min_share"])
 
 
 def html_file_page(path: str, steps: TextBranchSteps) -> dict:
@@ -93,15 +118,20 @@ def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
     if missing:
         raise UserError(f"--input: no such file: {', '.join(missing)}")
     steps = TextBranchSteps(cfg)
+
+    def pages():
+        for path in paths:
+            yield from [html_file_page(path, steps)] if path.lower().endswith(HTML_SUFFIXES) else warc_pages(path, steps)
+
+    if cfg["quality"]["template_lines"]:
+        steps.count_templates(pages())
     summary = {"pages": 0, "with_text": 0, "reasons": {}}
     with open(output, "w", encoding="utf-8") as out:
-        for path in paths:
-            pages = [html_file_page(path, steps)] if path.lower().endswith(HTML_SUFFIXES) else warc_pages(path, steps)
-            for page in pages:
-                out.write(json.dumps(page, ensure_ascii=False) + "\n")
-                summary["pages"] += 1
-                if page["reason"]:
-                    summary["reasons"][page["reason"]] = summary["reasons"].get(page["reason"], 0) + 1
-                else:
-                    summary["with_text"] += 1
+        for page in pages():
+            out.write(json.dumps(page, ensure_ascii=False) + "\n")
+            summary["pages"] += 1
+            if page["reason"]:
+                summary["reasons"][page["reason"]] = summary["reasons"].get(page["reason"], 0) + 1
+            else:
+                summary["with_text"] += 1
     return summary

@@ -2,6 +2,8 @@
 (pipelines/template_lines.py) in real FnApiRunner pipelines on 1 and 2 workers, and the quality stage
 with `template_lines` on."""
 
+import json
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -211,3 +213,45 @@ def test_template_sets_reach_the_documents_by_joins_never_a_side_input():
             payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
             assert not payload.side_inputs, t.unique_name
     assert any("JoinDocs" in t.unique_name for t in ours)
+
+
+def test_the_beam_graph_agrees_with_the_in_memory_rule():
+    from filters.template_lines import host_templates
+
+    docs = _docs()
+    expected = host_templates((host_of(d["url"]), line_hashes(d["text"])) for d in docs)
+    assert expected == {"a.example": frozenset(line_hash(normalise_line(m)) for m in MENU)}
+    _run(1, docs)  # whose Templates check is the same set
+
+
+def test_curate_extract_removes_the_template_lines_a_run_removes(tmp_path):
+    """With template_lines on, `curate extract` reads its inputs twice (each host's template lines counted
+    over all of them, then removed) and gives every page the text the run's quality rules judged. Input:
+    sample/mixed-dev-slice.warc.gz, whose hosts share generated page templates."""
+    import collections
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    import yaml
+
+    from pipelines.cli import main as cli_main
+
+    root = Path(__file__).resolve().parent.parent
+    warc = str(root / "sample" / "mixed-dev-slice.warc.gz")
+    config = yaml.safe_load((root / "configs" / "tiny.yaml").read_text())
+    config["quality"] = {**config.get("quality", {}), "template_lines": True}
+    path = tmp_path / "tl.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "run"
+    assert cli_main(["run", "--config", str(path), "--input", warc, "--output", str(out), "--quiet",
+                     "--stages", "read,extract,language,quality"]) == 0
+    folders = [out / "synthetic", out / "dropped" / "quality", out / "dropped" / "synthetic"]  # what quality judged
+    judged = [r for folder in folders for f in sorted(folder.glob("*.parquet"))
+              for r in pq.read_table(f, columns=["url", "text", "scores"]).to_pylist()]
+    removed = sum(dict(r["scores"]).get("template_lines", 0) for r in judged)
+    assert removed > 20  # the slice's hosts do share template lines
+    lines = tmp_path / "pages.jsonl"
+    assert cli_main(["extract", "--input", warc, "--output", str(lines), "--config", str(path)]) == 0
+    got = collections.Counter((p["url"], p["text"]) for p in map(json.loads, lines.read_text().splitlines())
+                              if p["text"] is not None)
+    assert got == collections.Counter((r["url"], r["text"]) for r in judged)
