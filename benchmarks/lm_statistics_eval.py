@@ -122,9 +122,9 @@ def standardised_sum(fit, ev, cheap, lm):
     of its fit's human pages (mean 0, spread 1), summed: neither set's weights are learnt against the
     other's."""
     def z(names):
-        on_fit = combiner_scores(fit, fit, names)
-        human = on_fit[[r["label"] == 0 for r in fit]]
-        return (combiner_scores(fit, ev, names) - human.mean()) / (human.std() + 1e-9)
+        scores = combiner_scores(fit, fit + ev, names)  # one fit, scored on both
+        human = scores[:len(fit)][[r["label"] == 0 for r in fit]]
+        return (scores[len(fit):] - human.mean()) / (human.std() + 1e-9)
 
     return z(cheap) + z(lm)
 

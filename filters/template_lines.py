@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -128,10 +129,7 @@ def host_templates(pages: Iterable[tuple[str | None, tuple[int, ...]]], min_page
             distinct.setdefault(host, set()).add(hashes)
     out = {}
     for host, identities in distinct.items():
-        line_pages: dict[int, int] = {}
-        for hashes in identities:
-            for h in hashes:
-                line_pages[h] = line_pages.get(h, 0) + 1
+        line_pages = Counter(h for hashes in identities for h in hashes)
         template = template_hashes(line_pages.items(), len(identities), min_pages, min_share)
         if template:
             out[host] = template
