@@ -90,7 +90,8 @@ def quality_keeps(texts: list[str]) -> list[bool]:
     rules, language = QualityFilter(config), LanguageIdentifier()
     kept = []
     for text in texts:
-        text, _ = clean_for_rules(text, config.c4_line_filter, config.link_list_lines)
+        text, _ = clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False,
+                                  config.rendering_max_copies)
         kept.append(bool(text.strip()) and not rules(text, language(text)[0])[0])
     return kept
 

@@ -8,12 +8,16 @@
   likewise take out the navigation and counter lines that extraction leaves);
 - with `quality.boilerplate_model`, the lines filters/boilerplate.py's context model calls boilerplate
   (menus one item per line, share bars, bylines, photo credits, "Related" lists: unpunctuated lines judged with
-  their neighbours), first, on the extractor's text as the model was fitted on it.
+  their neighbours), first, on the extractor's text as the model was fitted on it;
+- rendering copies, last: a sentence line that occurs two or three times in one page keeps its first
+  occurrence (`remove_rendering_copies`).
 """
 
 from __future__ import annotations
 
 import re
+
+from filters.quality import _ends_with_terminal
 
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")
@@ -55,10 +59,57 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
     return "\n".join(kept).strip(), len(lines) - len(kept)
 
 
-def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False
-                    ) -> tuple[str, dict[str, int]]:
+# Why a page repeats a sentence a few times, and which repeats stay. Page markup renders one text more than
+# once: a gallery's caption as "caption-full", "caption-truncated" and the slide (a Hearst AP story on
+# mysanantonio.com, scrapinghub's benchmark: its caption three times, 0.064 of its characters, where FineWeb's
+# char_duplicates_ratio allows 0.01; Penedo et al. 2024, datatrove FineWebQualityFilter), desktop and mobile
+# copies of a teaser, a pull quote beside its paragraph. Each copy after the first is noise, and the repetition
+# rules drop the whole article for it. Three kinds of repeat stay, every copy, as the rules' evidence:
+# - lines on the page more than `max_copies` times: a spam or generator loop (8 to 40 copies on mixed-dev's
+#   junk pages);
+# - lines that do not end a sentence: a menu or a list of links shown in the header and again in the footer is
+#   what the duplicate-line rules are for (a real spam page of the bundled Common Crawl excerpt, 0513mt.com,
+#   is caught only by its two copies of a story-title list), as is a weak model's repeated heading;
+# - lines under `min_chars` (a closing brace, "Reply"), which repeat for reasons of their own.
+RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 20
+
+
+def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
+                            min_chars: int = RENDERING_MIN_CHARS) -> tuple[str, int]:
+    """(text where every line of >= `min_chars` characters that ends a sentence and occurs 2..`max_copies`
+    times, compared stripped, keeps only its first occurrence; the number of lines removed).
+    `max_copies` < 2: unchanged."""
+    if max_copies < 2:
+        return text, 0
+    lines = text.split("\n")
+    counts: dict[str, int] = {}
+    for line in lines:
+        key = line.strip()
+        if len(key) >= min_chars and _ends_with_terminal(key):
+            counts[key] = counts.get(key, 0) + 1
+    repeated = {key for key, n in counts.items() if 1 < n <= max_copies}
+    if not repeated:
+        return text, 0
+    out, seen, gap, removed = [], set(), False, 0
+    for line in lines:
+        key = line.strip()
+        if key in repeated:
+            if key in seen:
+                removed, gap = removed + 1, True
+                continue
+            seen.add(key)
+        if key:
+            gap = False
+        elif gap and out and not out[-1].strip():
+            continue  # the blank lines around a removed copy: merged into one, as filters/boilerplate.py does
+        out.append(line)
+    return "\n".join(out).strip(), removed
+
+
+def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False,
+                    rendering_max_copies: int = 0) -> tuple[str, dict[str, int]]:
     """The text the quality rules judge, and the lines each step removed (the quality stage's
-    `boilerplate_model_lines`, `boilerplate_lines` and `link_list_lines` scores)."""
+    `boilerplate_model_lines`, `boilerplate_lines`, `link_list_lines` and `rendering_copy_lines` scores)."""
     removed = {}
     if model_lines:
         from filters.boilerplate import remove_context_boilerplate
@@ -68,4 +119,6 @@ def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bo
         text, removed["boilerplate_lines"] = remove_boilerplate_lines(text)
     if link_lines:
         text, removed["link_list_lines"] = remove_link_list_lines(text)
+    if rendering_max_copies >= 2:
+        text, removed["rendering_copy_lines"] = remove_rendering_copies(text, rendering_max_copies)
     return text, removed

@@ -615,6 +615,12 @@ class _QualitySettings(BaseModel):
     template_lines_min_share: float = Field(0.1, ge=0, le=1, description=(
         "Share of a host's distinct pages a template line is on at least; binds from 31 pages up with "
         "the defaults (a common phrase on 3 of 10,000 pages is no template)."))
+    rendering_max_copies: _number_type(int, optional=False) = Field(3, description=(
+        "Last line step before the rules: a line of >= 20 characters that ends a sentence and occurs 2..N "
+        "times in a page keeps only its first occurrence (a gallery caption the markup renders full, "
+        "truncated and on the slide; filters/clean.py). Lines repeated more often, and repeated lines that "
+        "end no sentence (menus, link lists), keep every copy: they are the repetition rules' evidence. "
+        "0 or 1: off."))
     gopher_quality: StrictBool = Field(True, description=(
         "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))
     gopher_repetition: StrictBool = Field(True, description=(

@@ -309,7 +309,7 @@ class ApplyQualityRules(DocumentStep):
 
         config = self.rules.config
         text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines,
-                                       config.boilerplate_model)
+                                       config.boilerplate_model, config.rendering_max_copies)
         if values:
             doc = {**doc, "text": text}
         failed, measured = self.rules(doc["text"], doc["lang"])

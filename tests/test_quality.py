@@ -1153,7 +1153,7 @@ def test_check_matches_the_hand_written_reference(case):
 
 _SETTINGS = {  # the config fields that are not a rule threshold
     "c4_line_filter", "link_list_lines", "boilerplate_model", "template_lines", "template_lines_min_pages",
-    "template_lines_min_share", "gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk",
+    "template_lines_min_share", "rendering_max_copies", "gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk",
     "gopher_stop_words",
     "gopher_word_length_skip_langs", "gopher_hangul_length_in_jamo", "gopher_cjk_ngram_scale",
     "fineweb_line_punct_exclude_zero", "fineweb_short_line_length", "fineweb_wide_char_width",
@@ -1269,6 +1269,98 @@ def test_link_list_lines_are_removed_before_the_rules():
     cleaned, removed = clean_for_rules(text + "\nThis site uses cookies.", c4_lines=True, link_lines=True)
     assert cleaned == "\n".join([prose, joined]) and removed == {"boilerplate_lines": 1, "link_list_lines": 2}
     assert clean_for_rules(text, c4_lines=False, link_lines=False) == (text, {})
+
+
+BOILERPLATE_FIXTURES = pathlib.Path(__file__).parent / "data" / "boilerplate"
+
+
+def test_a_real_ap_storys_caption_rendered_three_times_is_kept_once_and_the_story_passes():
+    """mysanantonio.com's AP story (scrapinghub benchmark): its gallery renders the photo caption three
+    times as a line of its own (and once more as the gallery's list item, "• ...", which stays) and the
+    credit three times, together 0.064 of the text's characters; FineWeb's duplicate-line rule (0.01)
+    dropped the 1,085-word article for it. With one copy of the caption the article passes, every one
+    of its 28 annotated paragraphs still there."""
+    import gzip
+    from collections import Counter
+
+    from extract.html import decode_html, extract_main_text
+    from filters.clean import clean_for_rules
+
+    html = decode_html(gzip.decompress((BOILERPLATE_FIXTURES / "mysanantonio-lebron-triple-double.html.gz")
+                                       .read_bytes()), "").text
+    text = extract_main_text(html).strip()
+    truth = json.loads((BOILERPLATE_FIXTURES / "ground-truth.json").read_text())
+    body = [p.strip() for p in truth["mysanantonio-lebron-triple-double.html.gz"]["articleBody"].split("\n")
+            if p.strip()]
+    rules = QualityFilter(QualityConfig())
+    caption = ("Los Angeles Lakers' LeBron James dunks during the first half of the team's NBA basketball game "
+               "against the Oklahoma City Thunder on Tuesday, Nov. 19, 2019, in Los Angeles.")
+
+    def lines(t):
+        return Counter(line.strip() for line in t.split("\n") if line.strip())
+
+    before, _ = clean_for_rules(text, True, True, False, 0)
+    assert lines(before)[caption] == 3 and lines(before)["Photo: Ringo H.W. Chiu, AP"] == 3
+    failed, values = rules(before, "en")
+    assert failed == ["fineweb_dup_line_chars"] and values["fineweb_dup_line_char_ratio"] > 0.06
+    after, removed = clean_for_rules(text, True, True, False, QualityConfig().rendering_max_copies)
+    assert removed["rendering_copy_lines"] == 2
+    # the credit ends no sentence: its copies stay (at 0.009 of the characters, under FineWeb's 0.01)
+    assert lines(after)[caption] == 1 and lines(after)["Photo: Ringo H.W. Chiu, AP"] == 3
+    assert len(body) == 28 and all(p in lines(after) for p in body)
+    failed, values = rules(after, "en")
+    assert failed == [] and 0.008 < values["fineweb_dup_line_char_ratio"] < 0.01
+
+
+def test_rendering_copies_go_and_loops_menus_and_short_lines_keep_every_copy_for_the_repetition_rules():
+    from filters.clean import remove_rendering_copies
+
+    para = [f"Paragraph {i} of the story says something of its own, at some length." for i in range(6)]
+    caption, quote = "The mayor speaks at the opening of the new bridge on Monday.", "“We built it to last.”"
+    page = "\n\n".join([caption, caption, para[0], quote, para[1], quote, para[2], caption] + para[3:])
+    cleaned, removed = remove_rendering_copies(page)
+    # the first copy of each stays where it was; the blank lines around a removed copy merge into one
+    assert cleaned == "\n\n".join([caption, para[0], quote, para[1], para[2]] + para[3:]) and removed == 3
+    # a sentence on the page 4 times (more than max_copies) is a loop: all its copies stay for the rules
+    loop = "\n".join(["Buy cheap watches online now, best prices guaranteed!"] * 4 + para)
+    assert remove_rendering_copies(loop) == (loop, 0)
+    assert remove_rendering_copies(loop, max_copies=4)[1] == 3
+    # lines that end no sentence: a menu or link list in the header and the footer, a credit, a heading
+    menu = "Home | World | Politics | Business | Sport | Culture | Contact us"
+    nav = "\n".join([menu, "Photo: Jane Roe, Associated Press"] + para + [menu, "Photo: Jane Roe, Associated Press"])
+    assert remove_rendering_copies(nav) == (nav, 0)
+    # short lines (a closing brace, "Reply") repeat for reasons of their own; off below 2 copies
+    code = "\n".join(["if (a) {", "  run();", "}", "}", "Done.", "Done."] + para)
+    assert remove_rendering_copies(code) == (code, 0)
+    assert remove_rendering_copies(page, max_copies=1) == (page, 0)
+    assert remove_rendering_copies(page, max_copies=0) == (page, 0)
+    # lines compare stripped: an indented copy is a copy
+    assert remove_rendering_copies(caption + "\n   " + caption + "  \n" + para[0]) == (caption + "\n" + para[0], 1)
+
+
+def test_the_quality_stage_and_curate_extract_remove_rendering_copies_and_score_them():
+    from pipelines.config import load_config
+    from pipelines.extract_pages import TextBranchSteps, html_file_page
+    from pipelines.stages import ApplyQualityRules
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    caption = "The mayor speaks at the opening of the new bridge on Monday."
+    text = "\n\n".join([caption, EN_PASS, caption])
+    doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
+    for copies, want in ((3, "\n\n".join([caption, EN_PASS])), (0, text)):
+        stage = ApplyQualityRules("quality", {"rendering_max_copies": copies})
+        stage.setup()
+        stage.start_bundle()
+        out = [o if isinstance(o, dict) else o.value for o in stage.process(doc)][0]
+        assert out["text"] == want
+        assert dict(out["scores"]).get("rendering_copy_lines") == (1 if copies else None)
+    path = str(BOILERPLATE_FIXTURES / "mysanantonio-lebron-triple-double.html.gz")
+    tiny = str(root / "configs" / "tiny.yaml")
+    on = html_file_page(path, TextBranchSteps(load_config(tiny)))
+    off = html_file_page(path, TextBranchSteps(load_config(tiny, quality={"rendering_max_copies": 0})))
+    assert on["reason"] is None and off["reason"] is None
+    caption = "LeBron James dunks during the first half of the team's NBA basketball game"
+    assert on["text"].count(caption) == 2 and off["text"].count(caption) == 4  # a line, and the list item
 
 
 # From the bundled sample's real Common Crawl page http://003338.cn/l41/481397.html
