@@ -1269,6 +1269,9 @@ def test_link_list_lines_are_removed_before_the_rules():
     cleaned, removed = clean_for_rules(text + "\nThis site uses cookies.", c4_lines=True, link_lines=True)
     assert cleaned == "\n".join([prose, joined]) and removed == {"boilerplate_lines": 1, "link_list_lines": 2}
     assert clean_for_rules(text, c4_lines=False, link_lines=False) == (text, {})
+    # links without a dot count too (the cheap pre-test looks for "://", "www." or ".tld")
+    local = "see http://localhost/a | http://localhost/b | http://localhost/c"
+    assert remove_link_list_lines("\n".join([prose, local])) == (prose, 1)
 
 
 BOILERPLATE_FIXTURES = pathlib.Path(__file__).parent / "data" / "boilerplate"
