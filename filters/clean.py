@@ -80,8 +80,11 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 # - lines that do not end a sentence: a menu or a list of links shown in the header and again in the footer is
 #   what the duplicate-line rules are for (a real spam page of the bundled Common Crawl excerpt, 0513mt.com,
 #   is caught only by its two copies of a story-title list), as is a weak model's repeated heading;
-# - lines under `min_chars` (a closing brace, "Reply"), which repeat for reasons of their own.
-RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 20
+# - lines under `min_chars`: a caption, teaser or pull quote is a full sentence or more, while a shorter
+#   repeated line is as often a list entry that repeats with meaning (one author list under two papers,
+#   a meal plan's "Portion Fix Containers: 1 Purple, 1 Red, 1 tsp." on several days: both on real pages
+#   of the bundled sample), and braces, "Reply" or a refrain repeat for reasons of their own.
+RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 60
 
 
 def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,

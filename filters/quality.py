@@ -616,7 +616,7 @@ class _QualitySettings(BaseModel):
         "Share of a host's distinct pages a template line is on at least; binds from 31 pages up with "
         "the defaults (a common phrase on 3 of 10,000 pages is no template)."))
     rendering_max_copies: _number_type(int, optional=False) = Field(3, description=(
-        "Last line step before the rules: a line of >= 20 characters that ends a sentence and occurs 2..N "
+        "Last line step before the rules: a line of >= 60 characters that ends a sentence and occurs 2..N "
         "times in a page keeps only its first occurrence (a gallery caption the markup renders full, "
         "truncated and on the slide; filters/clean.py). Lines repeated more often, and repeated lines that "
         "end no sentence (menus, link lists), keep every copy: they are the repetition rules' evidence. "

@@ -708,6 +708,11 @@ class ScreenText(DocumentStep):
         for sub in self.steps:
             sub.setup()
 
+    def start_bundle(self):
+        super().start_bundle()
+        for sub in self.steps:
+            sub._tally = self._tally  # their counters (the quality step's line steps) are this stage's
+
     def process(self, doc):
         for out in super().process(doc):
             yield out

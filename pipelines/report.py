@@ -279,6 +279,19 @@ def _stage_rows(summary: dict) -> list[list]:
             for s in summary["stages"]]
 
 
+def _line_step_rows(summary: dict) -> list[list]:
+    """[stage, step, lines removed, documents changed] for every line step that removed a line (the
+    `<step>/lines_removed` and `<step>/docs_changed` counters: template lines, C4 lines, link lists,
+    the boilerplate model, rendering copies)."""
+    return [[s["stage"], key.removesuffix("/lines_removed"), n,
+             s["extra"].get(key.replace("/lines_removed", "/docs_changed"), 0)]
+            for s in summary["stages"] for key, n in sorted(s.get("extra", {}).items())
+            if key.endswith("/lines_removed")]
+
+
+LINE_STEP_HEADER = ["stage", "line step", "lines removed", "documents changed"]
+
+
 def _skipped_models(summary: dict) -> list[str]:
     return sorted({f"{s['stage']}: {k} = {v}" for s in summary["stages"] for k, v in s.get("extra", {}).items()
                    if k.endswith("skipped_no_model") and v})
@@ -324,6 +337,10 @@ def render_html(data: dict) -> str:
                          f"{html.escape(json.dumps(mix.get('epoch_multipliers')))}; "
                          f"{(mix.get('twins') or {}).get('text_replaced', 0)} text documents replaced by their "
                          f"multimodal twin)</p>")
+        elif key == "quality" and (figures or _line_step_rows(summary)):
+            steps = _line_step_rows(summary)
+            parts.append(f"<h2>{title}</h2>" + (f"<p>Lines removed before the rules judged the documents:</p>"
+                                                 + _table(LINE_STEP_HEADER, steps) if steps else ""))
         elif key == "images" and data["image_counters"]:
             parts.append(f"<h2>{title}</h2><p>Image counters (decoding, size rules, sha256 / pHash duplicates, "
                          f"frequent images):</p>" + _table(["stage", "counter", "value"], data["image_counters"]))
@@ -357,6 +374,9 @@ def render_markdown(data: dict) -> str:
              f"runner {summary['runner']}, {summary['workers']} worker(s), wall {summary.get('wall_s', '?')} s", "",
              "| stage | in | out | dropped | drop reasons |", "|---|---:|---:|---:|---|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _stage_rows(summary)]
+    if _line_step_rows(summary):
+        lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|"]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _line_step_rows(summary)]
     if data["phases"]:
         lines += ["", "| " + " | ".join(PHASE_HEADER) + " |", "|" + "---|" * len(PHASE_HEADER)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _phase_rows(data)]

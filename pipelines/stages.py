@@ -310,6 +310,10 @@ class ApplyQualityRules(DocumentStep):
         config = self.rules.config
         text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines,
                                        config.boilerplate_model, config.rendering_max_copies)
+        for step, removed in values.items():  # the report's table of line steps (as template_lines counts)
+            if removed:
+                self.count(f"{step}/lines_removed", removed)
+                self.count(f"{step}/docs_changed")
         if values:
             doc = {**doc, "text": text}
         failed, measured = self.rules(doc["text"], doc["lang"])

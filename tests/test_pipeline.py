@@ -194,6 +194,28 @@ def test_a_run_is_one_pipeline_that_reads_each_file_once(first_run):
         assert 0 < marker["stats"]["done_s"] <= summary["wall_s"]
 
 
+def test_the_line_steps_counters_add_up_the_documents_scores_and_the_report_lists_them(one_worker):
+    """The quality stage counts each line step (lines removed, documents changed) as the documents'
+    scores record it, over every document that reached the stage (final, or dropped at or after it);
+    report.md's line-step table shows those counters."""
+    from pipelines.report import REACHES_QUALITY, run_config, write_report
+
+    out, summary = one_worker
+    extra = next(s for s in summary["stages"] if s["stage"] == "quality")["extra"]
+    reached = rows(out / "docs" / "text") + [r for stage in REACHES_QUALITY for r in rows(out / "dropped" / stage)]
+    removed, changed = Counter(), Counter()
+    for row in reached:
+        for key, n in dict(row["scores"] or ()).items():
+            if key in ("boilerplate_lines", "link_list_lines", "rendering_copy_lines", "boilerplate_model_lines") and n:
+                removed[key] += int(n)
+                changed[key] += 1
+    assert removed and {k: extra[f"{k}/lines_removed"] for k in removed} == dict(removed)
+    assert {k: extra[f"{k}/docs_changed"] for k in changed} == dict(changed)
+    markdown = Path(write_report(str(out), run_config(str(out)))[1]).read_text()
+    for key in removed:
+        assert f"| quality | {key} | {removed[key]} | {changed[key]} |" in markdown
+
+
 def test_a_run_killed_after_a_group_resumes_byte_identical(one_worker, tmp_path):
     """Markers of the groups after read+extract gone (a run killed once read+extract had finished):
     the rerun reads extract's Parquet output back, runs the rest, and every deterministic output

@@ -1319,21 +1319,24 @@ def test_rendering_copies_go_and_loops_menus_and_short_lines_keep_every_copy_for
     from filters.clean import remove_rendering_copies
 
     para = [f"Paragraph {i} of the story says something of its own, at some length." for i in range(6)]
-    caption, quote = "The mayor speaks at the opening of the new bridge on Monday.", "“We built it to last.”"
+    caption = "The mayor speaks at the opening of the new bridge across the river on Monday."
+    quote = "“We built it to last, and we built it for the people who cross it every day.”"
     page = "\n\n".join([caption, caption, para[0], quote, para[1], quote, para[2], caption] + para[3:])
     cleaned, removed = remove_rendering_copies(page)
     # the first copy of each stays where it was; the blank lines around a removed copy merge into one
     assert cleaned == "\n\n".join([caption, para[0], quote, para[1], para[2]] + para[3:]) and removed == 3
     # a sentence on the page 4 times (more than max_copies) is a loop: all its copies stay for the rules
-    loop = "\n".join(["Buy cheap watches online now, best prices guaranteed!"] * 4 + para)
+    loop = "\n".join(["Buy cheap watches online now, best prices guaranteed, free shipping worldwide!"] * 4 + para)
     assert remove_rendering_copies(loop) == (loop, 0)
     assert remove_rendering_copies(loop, max_copies=4)[1] == 3
     # lines that end no sentence: a menu or link list in the header and the footer, a credit, a heading
     menu = "Home | World | Politics | Business | Sport | Culture | Contact us"
     nav = "\n".join([menu, "Photo: Jane Roe, Associated Press"] + para + [menu, "Photo: Jane Roe, Associated Press"])
     assert remove_rendering_copies(nav) == (nav, 0)
-    # short lines (a closing brace, "Reply") repeat for reasons of their own; off below 2 copies
-    code = "\n".join(["if (a) {", "  run();", "}", "}", "Done.", "Done."] + para)
+    # shorter lines repeat for reasons of their own: a list entry (one author list under two papers, a
+    # real homepage of the sample), a closing brace; off below 2 copies
+    authors = "Joseph Chee Chang, Nathan Hahn, Aniket Kittur."
+    code = "\n".join(["Paper one.", authors, "Paper two.", authors, "if (a) {", "  run();", "}", "}"] + para)
     assert remove_rendering_copies(code) == (code, 0)
     assert remove_rendering_copies(page, max_copies=1) == (page, 0)
     assert remove_rendering_copies(page, max_copies=0) == (page, 0)
@@ -1347,7 +1350,7 @@ def test_the_quality_stage_and_curate_extract_remove_rendering_copies_and_score_
     from pipelines.stages import ApplyQualityRules
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    caption = "The mayor speaks at the opening of the new bridge on Monday."
+    caption = "The mayor speaks at the opening of the new bridge across the river on Monday."
     text = "\n\n".join([caption, EN_PASS, caption])
     doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
     for copies, want in ((3, "\n\n".join([caption, EN_PASS])), (0, text)):
