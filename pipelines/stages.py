@@ -231,7 +231,7 @@ class ExtractText(DocumentStep):
                 charset = decoded.charset
                 if decoded.source != "declared":
                     self.count(f"charset/{decoded.source}")
-                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"])
+                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"], decoded.utf8)
         except ExtractionError as err:
             return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run

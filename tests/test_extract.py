@@ -29,6 +29,29 @@ def test_real_pages_decode_and_extract():
     assert not any(banner in t for t in texts)
 
 
+def test_utf8_pages_carry_their_bytes_to_the_extractor_child_and_extract_the_same():
+    """Decoded.utf8 is the text's UTF-8 bytes exactly where the payload is them (ASCII and valid UTF-8
+    pages, a page cut inside its last character), None for every other decoding; a page the child
+    extracts gives the same text sent as those bytes as sent as a fresh encoding."""
+    from extract import sandbox
+
+    pages = real_html_pages()
+    decoded = [decode_html(p.payload, p.http_charset) for p in pages]
+    with_bytes = [d for d in decoded if d.utf8 is not None]
+    assert len(with_bytes) >= 0.9 * len(pages)
+    assert all(d.utf8 == d.text.encode("utf-8") for d in with_bytes)
+    cut = html_page([ZH * 40])[:-1]  # the last character's final byte lost, as a size cap leaves it
+    assert decode_html(cut, "utf-8").utf8 == decode_html(cut, "utf-8").text.encode("utf-8")
+    for legacy in (html_page(["Größe und Übermut, déjà vu"] * 20).decode().encode("cp1252"),
+                   html_page([ZH * 3]).decode().encode("gbk"), b"\xef\xbb\xbf" + html_page(["bom"])):
+        assert decode_html(legacy, "").utf8 is None
+    big = [d for d in with_bytes if not sandbox.in_process_is_safe(d.text, 5000)]
+    assert len(big) >= 5 and any(not d.text.isascii() for d in big)
+    for d in big:
+        assert extract_main_text(d.text, utf8=d.utf8) == extract_main_text(d.text) == sandbox.run_engine(
+            d.text, "resiliparse")
+
+
 def test_gbk_declared_as_utf8_is_detected():
     payload = html_page([ZH * 3]).replace(b"<head>", b'<head><meta charset="utf-8">').decode().encode("gbk")
     decoded = decode_html(payload, "utf-8")
