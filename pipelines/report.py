@@ -279,17 +279,28 @@ def _stage_rows(summary: dict) -> list[list]:
             for s in summary["stages"]]
 
 
+LINE_STEPS = {  # counter name -> what the step removes (filters/clean.py, filters/template_lines.py)
+    "template_lines": "lines on many pages of one host",
+    "boilerplate_model_lines": "lines the boilerplate model calls boilerplate",
+    "boilerplate_lines": "C4's policy and javascript lines",
+    "link_list_lines": "lines that only list links",
+    "rendering_copy_lines": "second and third copies of a sentence line",
+}
+
+
 def _line_step_rows(summary: dict) -> list[list]:
-    """[stage, step, lines removed, documents changed] for every line step that removed a line (the
-    `<step>/lines_removed` and `<step>/docs_changed` counters: template lines, C4 lines, link lists,
-    the boilerplate model, rendering copies)."""
-    return [[s["stage"], key.removesuffix("/lines_removed"), n,
-             s["extra"].get(key.replace("/lines_removed", "/docs_changed"), 0)]
-            for s in summary["stages"] for key, n in sorted(s.get("extra", {}).items())
-            if key.endswith("/lines_removed")]
+    """[stage, step, lines removed, documents changed, what] for every line step that removed a line
+    (the `<step>/lines_removed` and `<step>/docs_changed` counters)."""
+    rows = []
+    for s in summary["stages"]:
+        for key, n in sorted(s.get("extra", {}).items()):
+            if key.endswith("/lines_removed"):
+                step = key.removesuffix("/lines_removed")
+                rows.append([s["stage"], step, n, s["extra"].get(f"{step}/docs_changed", 0), LINE_STEPS.get(step, "")])
+    return rows
 
 
-LINE_STEP_HEADER = ["stage", "line step", "lines removed", "documents changed"]
+LINE_STEP_HEADER = ["stage", "line step", "lines removed", "documents changed", "what it removes"]
 
 
 def _skipped_models(summary: dict) -> list[str]:
@@ -375,7 +386,7 @@ def render_markdown(data: dict) -> str:
              "| stage | in | out | dropped | drop reasons |", "|---|---:|---:|---:|---|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _stage_rows(summary)]
     if _line_step_rows(summary):
-        lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|"]
+        lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|---|"]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _line_step_rows(summary)]
     if data["phases"]:
         lines += ["", "| " + " | ".join(PHASE_HEADER) + " |", "|" + "---|" * len(PHASE_HEADER)]
