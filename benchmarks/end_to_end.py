@@ -122,6 +122,7 @@ def curate_run(files: list[str], out: str, workers: int, extra: list[str] = ()) 
 DATATROVE_SCRIPT = r'''
 import sys, time
 from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.extractors import Trafilatura
 from datatrove.pipeline.extractors.base import BaseExtractor
 from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
                                         GopherRepetitionFilter, LanguageFilter, URLFilter)
@@ -129,7 +130,7 @@ from datatrove.pipeline.readers import WarcReader
 from datatrove.pipeline.writers.jsonl import JsonlWriter
 from datatrove.utils import lid
 
-folder, out, tasks, lid_model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+folder, out, tasks, lid_model, engine = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
 
 class Resiliparse(BaseExtractor):
@@ -163,7 +164,9 @@ if not os.path.exists(target + ".completed"):
     shutil.copyfile(lid_model, target)
     open(target + ".completed", "w").close()
 started = time.perf_counter()
-LocalPipelineExecutor(pipeline=[WarcReader(folder, glob_pattern="*.warc.gz"), URLFilter(), Resiliparse(),
+# engine "trafilatura": the published FineWeb recipe's extractor (favour_precision, datatrove's default dedup)
+extractor = Resiliparse() if engine == "resiliparse" else Trafilatura(favour_precision=True)
+LocalPipelineExecutor(pipeline=[WarcReader(folder, glob_pattern="*.warc.gz"), URLFilter(), extractor,
                                 LanguageFilter(), GopherRepetitionFilter(), GopherQualityFilter(),
                                 C4QualityFilter(filter_no_terminal_punct=False), FineWebQualityFilter(),
                                 JsonlWriter(out)],
@@ -178,11 +181,13 @@ def datatrove_version(python: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def datatrove_run(python: str, folder: str, out: str, tasks: int) -> float:
+def datatrove_run(python: str, folder: str, out: str, tasks: int, engine: str = "resiliparse") -> float:
+    """datatrove's FineWeb recipe over the *.warc.gz of `folder` into `out` (JSONL, ids = WARC-Record-IDs),
+    with resiliparse's main-content extraction (the issue's peer) or `engine="trafilatura"`; its wall s."""
     lid_model = str(ROOT / "filters" / "models" / "lid.176.ftz")
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:  # not a pipe: its pool's forkserver outlives it, holding pipes
-        proc = subprocess.run([python, "-c", DATATROVE_SCRIPT, folder, out, str(tasks), lid_model],
+        proc = subprocess.run([python, "-c", DATATROVE_SCRIPT, folder, out, str(tasks), lid_model, engine],
                               stdout=log, stderr=subprocess.STDOUT, text=True)
         if proc.returncode:
             log.seek(0)
