@@ -114,20 +114,15 @@ def warc_of_html_files(folder: Path, path: str) -> str:
     174 kB, and every one of them is extracted in the sandbox's child process; most of mixed-dev's generated
     pages are small enough to stay in process."""
     import gzip
-    import uuid
+
+    from tests.warc_factory import gz, response_record
 
     with open(path, "wb") as out:
         for file in sorted(folder.glob("*.html*")):
             body = file.read_bytes()
             if file.suffix == ".gz":
                 body = gzip.decompress(body)
-            http = (f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {len(body)}\r\n\r\n"
-                    ).encode() + body
-            url = f"https://example.org/{file.name}"
-            head = (f"WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, url)}>\r\n"
-                    f"WARC-Target-URI: {url}\r\nWARC-Date: 2024-01-01T00:00:00Z\r\n"
-                    f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http)}\r\n\r\n").encode()
-            out.write(gzip.compress(head + http + b"\r\n\r\n", mtime=0))
+            out.write(gz(response_record(f"https://example.org/{file.name}", body, content_type="text/html")))
     return path
 
 

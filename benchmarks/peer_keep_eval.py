@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,14 +30,13 @@ sys.path[0] = str(ROOT)  # repo root, not benchmarks/ (its packing.py would shad
 DATA = ROOT.parent / "shared" / "data" / "corpus"
 
 from benchmarks.end_to_end import datatrove_run  # noqa: E402
+from benchmarks.text_branch_eval import load  # noqa: E402
 
 ROWS = (("human", "en"), ("human", None), ("llm", "en"), ("poor_mt", "en"), ("low_quality", None))
 
 
 def curate_kept(run: str, labels: list[dict]) -> set[str]:
-    ids = set()
-    for path in glob.glob(os.path.join(run, "docs", "text", "*.parquet")):
-        ids |= {r["id"] for r in pq.read_table(path, columns=["id"]).to_pylist()}
+    ids = {r["id"] for r in load(os.path.join(run, "docs", "text", "*.parquet"), ["id"])}
     return {lab["record_id"] for lab in labels if xxhash.xxh3_128_hexdigest(lab["record_id"].encode()) in ids}
 
 

@@ -332,6 +332,7 @@ def render_html(data: dict) -> str:
     skipped = _skipped_models(summary)
     if skipped:
         parts.append("<p class=note>Not scored (no model configured): " + html.escape("; ".join(skipped)) + "</p>")
+    steps = _line_step_rows(summary)
     for key, title in SECTIONS:
         figures = data["figures"].get(key) or []
         if key == "funnel":
@@ -348,8 +349,7 @@ def render_html(data: dict) -> str:
                          f"{html.escape(json.dumps(mix.get('epoch_multipliers')))}; "
                          f"{(mix.get('twins') or {}).get('text_replaced', 0)} text documents replaced by their "
                          f"multimodal twin)</p>")
-        elif key == "quality" and (figures or _line_step_rows(summary)):
-            steps = _line_step_rows(summary)
+        elif key == "quality" and (figures or steps):
             parts.append(f"<h2>{title}</h2>" + (f"<p>Lines removed before the rules judged the documents:</p>"
                                                  + _table(LINE_STEP_HEADER, steps) if steps else ""))
         elif key == "images" and data["image_counters"]:
@@ -385,9 +385,10 @@ def render_markdown(data: dict) -> str:
              f"runner {summary['runner']}, {summary['workers']} worker(s), wall {summary.get('wall_s', '?')} s", "",
              "| stage | in | out | dropped | drop reasons |", "|---|---:|---:|---:|---|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _stage_rows(summary)]
-    if _line_step_rows(summary):
+    steps = _line_step_rows(summary)
+    if steps:
         lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|---|"]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _line_step_rows(summary)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in steps]
     if data["phases"]:
         lines += ["", "| " + " | ".join(PHASE_HEADER) + " |", "|" + "---|" * len(PHASE_HEADER)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _phase_rows(data)]
