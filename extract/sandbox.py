@@ -114,13 +114,25 @@ def in_process_is_safe(html: str, timeout_ms: float) -> bool:
     return len(html) <= SAFE_MAX_CHARS and timeout_ms >= SAFE_MIN_TIMEOUT_MS and html.count("<") <= SAFE_MAX_TAGS
 
 
+# Twitter's embed code quotes a post as <blockquote class="twitter-tweet">; resiliparse's main-content
+# mode drops such a quote, and a block that holds only it, as a social-media widget. An article's embedded posts
+# are quotations it makes (the scrapinghub annotators keep them: 9 of its 181 pages quote posts), so the
+# class is renamed before extraction; share buttons and follow widgets use other classes and still go.
+_TWEET_CLASS, _EMBEDDED_POST_CLASS = 'class="twitter-tweet', 'class="embedded-post'
+
+
 def run_engine(html: str, engine: str) -> str:
     """The extractor call itself, identical in process and in the child."""
     if engine == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
+        if _TWEET_CLASS in html:
+            html = html.replace(_TWEET_CLASS, _EMBEDDED_POST_CLASS)
+        # post_meta=False: a post's meta block (byline, "Published ..." and "Updated ..." dates, tags,
+        # author bio) is not main content; resiliparse keeps it by default. On the scrapinghub
+        # benchmark it is 1 annotated line of the ~160 it removes, F1 0.930 -> 0.937, and 15% faster.
         return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False, links=False,
-                                  form_fields=False, noscript=False, comments=False)
+                                  form_fields=False, noscript=False, comments=False, post_meta=False)
     import trafilatura
 
     return trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False, fast=True) or ""

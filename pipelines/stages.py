@@ -248,7 +248,9 @@ class ExtractText(DocumentStep):
 class ExtractStage(DocumentStage):
     """Charset: the HTTP header, then `<meta>`, trusted only if the bytes decode; else detected. Then
     resiliparse main-content extraction (or `engine: trafilatura`) under a hard per-page deadline (pages
-    not provably small run in a child process killed at `timeout_ms`) and a size cap."""
+    not provably small run in a child process killed at `timeout_ms`) and a size cap. Resiliparse runs
+    without a post's meta block (byline, dates, tags) and keeps the posts an article embeds
+    (extract/sandbox.py `run_engine`)."""
 
     name, config, step = "extract", ExtractConfig, ExtractText
     reasons = ("html_too_large", "undecodable_charset", "extract_timeout", "extract_error", "no_text")
