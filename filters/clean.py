@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import re
-from itertools import islice
+from bisect import bisect_right
+from collections import Counter
+from itertools import accumulate
 
 from filters.quality import _ends_with_terminal
 
@@ -39,34 +41,37 @@ def remove_boilerplate_lines(text: str) -> tuple[str, int]:
 _LINK = re.compile(r"(?:https?://|www\.)\S+|\b[\w-]+(?:\.[\w-]+)*\.[a-z]{2,}\b(?:/\S*)?", re.I)
 # Every _LINK match holds one of these (its "://", "www." or ".tld"), and matches do not overlap, so a
 # line with fewer than MIN_LINKS of them has fewer than MIN_LINKS links. Prose has almost none (a full
-# stop is followed by a space), so the test skips _LINK, which costs ~4x more, on nearly every line.
-_LINK_MARK = re.compile(r"://|www\.|\.[a-z]{2}", re.I)
+# stop is followed by a space), so one scan of the whole text for them leaves _LINK, which costs ~4x
+# more, to the few lines that have MIN_LINKS (no mark spans a line break, so the marks of each line are
+# the ones a scan of that line alone finds).
+# (The first character as a class of its own lets the scan skip to candidates: 2x faster than the plain
+# alternation "://|www\.|\.[a-z]{2}", the same matches.)
+_LINK_MARK = re.compile(r"[:.w](?:(?<=:)//|(?<=w)ww\.|(?<=\.)[a-z]{2})", re.I)
 _SEPARATORS = re.compile(r"[\s|·•,;/\-–—>»]+")
 MIN_LINKS, LINK_SHARE = 3, 0.8
 
 
-def _may_hold_links(text: str) -> bool:
-    return next(islice(_LINK_MARK.finditer(text), MIN_LINKS - 1, None), None) is not None
+def _is_link_list(line: str) -> bool:
+    links = _LINK.findall(line)
+    if len(links) < MIN_LINKS:
+        return False
+    chars = len(_SEPARATORS.sub("", line))
+    return sum(len(_SEPARATORS.sub("", link)) for link in links) >= LINK_SHARE * chars
 
 
 def remove_link_list_lines(text: str) -> tuple[str, int]:
     """(text without lines of >= MIN_LINKS links that make up >= LINK_SHARE of the line's characters
     once separators are set aside, number of lines removed)."""
-    if not _may_hold_links(text):
+    marks = [m.start() for m in _LINK_MARK.finditer(text)]
+    if len(marks) < MIN_LINKS:
         return text, 0
     lines = text.split("\n")
-    kept = []
-    for line in lines:
-        if _may_hold_links(line):
-            links = _LINK.findall(line)
-            if len(links) >= MIN_LINKS:
-                chars = len(_SEPARATORS.sub("", line))
-                if sum(len(_SEPARATORS.sub("", link)) for link in links) >= LINK_SHARE * chars:
-                    continue
-        kept.append(line)
-    if len(kept) == len(lines):
+    starts = list(accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    per_line = Counter(bisect_right(starts, at) - 1 for at in marks)
+    drop = {k for k, n in per_line.items() if n >= MIN_LINKS and _is_link_list(lines[k])}
+    if not drop:
         return text, 0
-    return "\n".join(kept).strip(), len(lines) - len(kept)
+    return "\n".join(line for k, line in enumerate(lines) if k not in drop).strip(), len(drop)
 
 
 # Why a page repeats a sentence a few times, and which repeats stay. Page markup renders one text more than
