@@ -348,3 +348,73 @@ def test_forked_worker_gets_its_own_watchdog_and_children():
         pytest.fail("the forked process did not finish in 30 s")
     assert os.waitstatus_to_exitcode(status[1]) == 0
     assert sandbox.child_pids() == inherited and extract_main_text(nested_divs(400)) == "deep text"
+
+
+def test_one_cpu_pins_the_thread_and_its_child_for_the_block_and_restores_the_thread():
+    """Inside sandbox.one_cpu() the calling thread runs on the CPU it was on and the child it sends a
+    page to is pinned there too; on the way out the thread gets its own affinity back (the child stays
+    pinned while idle, and follows the caller again in the next block). Nested blocks are one block;
+    outside a block a request never touches the child's affinity. Texts are the same either way."""
+    if sandbox._current_cpu() is None:
+        pytest.skip("no sched_getcpu here")
+    page = "<html><body>" + "<p>A sentence of the page, long enough to keep.</p>" * 300 + "</body></html>"
+    expected = sandbox.extract(page, "resiliparse", 5000)
+    child = next(c for c in sandbox._pool().children if c.kind == "html")
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(child.proc.pid, everywhere)
+    child.cpu = None
+    assert sandbox.extract(page, "resiliparse", 5000) == expected
+    assert child.cpu is None and os.sched_getaffinity(child.proc.pid) == everywhere  # outside: untouched
+    with sandbox.one_cpu():
+        cpu = sandbox._current_cpu()
+        assert os.sched_getaffinity(0) == {cpu}
+        with sandbox.one_cpu():  # nested: the same CPU, nothing restored early
+            assert sandbox.extract(page, "resiliparse", 5000) == expected
+        assert os.sched_getaffinity(0) == {cpu}
+        assert child.cpu == cpu and os.sched_getaffinity(child.proc.pid) == {cpu}
+    assert os.sched_getaffinity(0) == everywhere
+
+
+def test_one_cpu_restores_the_thread_when_the_block_fails():
+    if sandbox._current_cpu() is None:
+        pytest.skip("no sched_getcpu here")
+    everywhere = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError):
+        with sandbox.one_cpu():
+            raise RuntimeError("a page's step failed")
+    assert os.sched_getaffinity(0) == everywhere and getattr(sandbox._ONE_CPU, "cpu", None) is None
+
+
+def test_the_extract_stage_runs_a_batch_for_the_child_in_one_cpu_behind_its_flag(monkeypatch):
+    """A batch with a page too long for the in-process path runs in one_cpu(); a batch of small pages,
+    or any batch with `extract.one_cpu: false`, does not. The texts are the same."""
+    from contextlib import contextmanager
+
+    from pipelines.stages import ExtractConfig, ExtractText
+
+    blocks = []
+
+    @contextmanager
+    def recorded():
+        blocks.append("in")
+        yield
+        blocks.append("out")
+
+    monkeypatch.setattr(sandbox, "one_cpu", recorded)
+
+    def page(paragraphs):
+        return {"id": "a", "url": "http://example.org/", "warc_file": "f", "warc_offset": 0, "warc_date": "",
+                "source": "html", "http_charset": "utf-8",
+                "payload": ("<html><body>" + "<p>Some text of the page.</p>" * paragraphs + "</body></html>").encode()}
+
+    small, large = page(1), page(1000)
+    assert len(large["payload"]) > sandbox.SAFE_MAX_CHARS >= len(small["payload"])
+    for flag, batch, expected in ((True, (small, large), ["in", "out"]), (True, (small, small), []),
+                                  (False, (small, large), [])):
+        blocks.clear()
+        step = ExtractText("extract", {**ExtractConfig().model_dump(), "one_cpu": flag, "batch_docs": 2})
+        step.setup()
+        step.start_bundle()
+        outs = [o for doc in batch for o in step.process(doc)]
+        assert blocks == expected and len(outs) == 2
+        assert all(o["text"].startswith("Some text of the page.") for o in outs)
