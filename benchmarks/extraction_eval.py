@@ -24,8 +24,9 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 Scores, as the benchmark's own evaluation and the issue figures use them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
-averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core,
-the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default
+averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core:
+every engine runs on the CPU the benchmark starts on, our extractor's child with it, as the extract
+stage runs its batches, extract/sandbox.py one_cpu; the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default
 (`speed_vs_trafilatura`: the ratio of the two engines' times within each round, median over the
 rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
 quality rules (default thresholds, fastText's language) keep on that text after the line steps without
@@ -139,6 +140,27 @@ def step_ms(texts: list[str], halves: list[int]) -> float:
     return round((time.perf_counter() - start) / len(texts) * 1000, 3)
 
 
+def timed_rounds(fns: dict, pages: list, n_rounds: int, outputs: dict, seconds: dict) -> list[dict]:
+    """Every engine once per round, rounds back to back: each engine's texts go to `outputs`, its fastest
+    pass to `seconds`; returns each round's times per engine."""
+    rounds = []
+    for _ in range(n_rounds):
+        spent_in_round = {}
+        for name, fn in fns.items():
+            for page, _, half in pages[:WARM_PAGES]:  # untimed: the engine's code and tables back in the caches
+                fn(page, half)
+            texts, spent = [], 0.0
+            for page, _, half in pages:
+                start = time.perf_counter()
+                texts.append(fn(page, half))
+                spent += time.perf_counter() - start
+            outputs[name] = texts
+            seconds[name] = min(spent, seconds.get(name, spent))
+            spent_in_round[name] = spent
+        rounds.append(spent_in_round)
+    return rounds
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -161,23 +183,13 @@ def main(argv=None) -> int:
     # Every engine once per round, rounds back to back; its time is its fastest round's (the usual
     # estimator of cost without interference, as benchmarks/extract_throughput.py), so a slow stretch
     # of the machine cannot favour whichever engine ran outside it.
-    fns, outputs, seconds, rounds = engines(), {}, {}, []
+    fns, outputs, seconds = engines(), {}, {}
     for fn in fns.values():
         fn(pages[0][0], pages[0][2])  # imports and first-call set-up are not a page's cost
-    for _ in range(args.rounds):
-        spent_in_round = {}
-        for name, fn in fns.items():
-            for page, _, half in pages[:WARM_PAGES]:  # untimed: the engine's code and tables back in the caches
-                fn(page, half)
-            texts, spent = [], 0.0
-            for page, _, half in pages:
-                start = time.perf_counter()
-                texts.append(fn(page, half))
-                spent += time.perf_counter() - start
-            outputs[name] = texts
-            seconds[name] = min(spent, seconds.get(name, spent))
-            spent_in_round[name] = spent
-        rounds.append(spent_in_round)
+    from extract.sandbox import one_cpu
+
+    with one_cpu():  # as the extract stage runs its batches: every engine on one CPU, our child with it
+        rounds = timed_rounds(fns, pages, args.rounds, outputs, seconds)
     results, default_texts = {}, None
     for name in fns:
         per_page = [scores(out, gold) for out, (_, gold, _) in zip(outputs[name], pages)]
