@@ -26,9 +26,9 @@ lower-cased word tokens (\\w+) of the output against the annotation's; precision
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
 averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core:
 every engine runs on the CPU the benchmark starts on, our extractor's child with it, as the extract
-stage runs its batches, extract/sandbox.py one_cpu; the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default
-(`speed_vs_trafilatura`: the ratio of the two engines' times within each round, median over the
-rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
+stage runs its batches, extract/sandbox.py one_cpu; the fastest of --rounds passes, engines taking
+turns), the speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two
+engines' times within each round, median over the rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
 quality rules (default thresholds, fastText's language) keep on that text after the line steps without
 the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
 per page (mean over the pages, on the extractor's text).

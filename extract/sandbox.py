@@ -116,9 +116,10 @@ def in_process_is_safe(html: str, timeout_ms: float) -> bool:
 
 
 # Twitter's embed code quotes a post as <blockquote class="twitter-tweet">; resiliparse's main-content
-# mode drops such a quote, and a block that holds only it, as a social-media widget. An article's embedded posts
-# are quotations it makes (the scrapinghub annotators keep them: 9 of its 181 pages quote posts), so the
-# class is renamed before extraction; share buttons and follow widgets use other classes and still go.
+# mode drops such a quote, and a block that holds only it, as a social-media widget. An article's
+# embedded posts are quotations it makes (the scrapinghub annotators keep them: 9 of its 181 pages quote
+# posts), so the class is renamed before extraction; share buttons and follow widgets use other classes
+# and still go.
 _TWEET_CLASS, _EMBEDDED_POST_CLASS = 'class="twitter-tweet', 'class="embedded-post'
 
 

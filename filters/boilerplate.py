@@ -29,12 +29,13 @@ with the first line alone). On mixed-dev, keeping them also keeps the repetition
 generated pages whose headline restates the first words of their text (README, text branch).
 
 Per non-blank line, language-neutral features (no word lists, so a German or Chinese page is judged as an
-English one): its length in columns (East-Asian wide characters count 2), capitalised-word, digit and letter shares, commas, a bullet or indent, link symbols (@ © | # » / ...), a
-trailing colon or ellipsis, how often the same line recurs in the page; and its context: the length and
-punctuation of the lines before and after, the mean length of the 3 lines each side, the run of short
-unpunctuated lines (< 60 columns) it sits in, the distance to the nearest prose line before and after,
-whether it lies before the first or after the last prose line, its position, the page's share of
-characters in prose lines and its number of lines.
+English one): its length in columns (East-Asian wide characters count 2), capitalised-word, digit and
+letter shares, commas, a bullet or indent, link symbols (@ © | # » / ...), a trailing colon or ellipsis,
+how often the same line recurs in the page; and its context: the length and punctuation of the lines
+before and after, the mean length of the 3 lines each side, the run of short unpunctuated lines (< 60
+columns) it sits in, the distance to the nearest prose line before and after, whether it lies before the
+first or after the last prose line, its position, the page's share of characters in prose lines and its
+number of lines.
 
 The judged lines are scored by a logistic regression (filters/logistic.fit_logreg) fitted by
 filters/train_boilerplate.py on the default extractor's output for the 181 real article pages of

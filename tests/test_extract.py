@@ -131,7 +131,8 @@ def test_a_real_pages_byline_and_post_date_go_and_every_article_paragraph_stays(
         return rules(clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False,
                                      config.rendering_max_copies)[0], "en")[0]
 
-    byline, published = "Lisa Kaczke and Trevor J. Mitchell Sioux Falls Argus Leader", "Published 10:02 AM EST Nov 19, 2019"
+    byline = "Lisa Kaczke and Trevor J. Mitchell Sioux Falls Argus Leader"
+    published = "Published 10:02 AM EST Nov 19, 2019"
     with_meta = extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False, links=False,
                                    form_fields=False, noscript=False, comments=False)
     assert lines(with_meta)[byline] == 1 and lines(with_meta)[published] == 2
