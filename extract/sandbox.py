@@ -140,13 +140,14 @@ def run_engine(html: str, engine: str) -> str:
     return trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False, fast=True) or ""
 
 
-def extract(html: str, engine: str, timeout_ms: float, utf8: bytes | None = None) -> str:
+def extract(html: str, engine: str, timeout_ms: float, utf8: bytes | None = None, one_cpu: bool = True) -> str:
     """Main-content text of `html` from a child process, within `timeout_ms` or SandboxError.
     The page travels as UTF-8 with lone surrogates replaced (what extract_main_text retries with
     in process when resiliparse refuses them), so both paths give the same text: `utf8` when the
     caller has html's UTF-8 bytes already (a strict UTF-8 decoding has no lone surrogates), else
-    an encoding of `html`."""
-    return _pool().extract(html, engine, timeout_ms, utf8)
+    an encoding of `html`. `one_cpu`: the request runs in on_one_cpu(), the caller's thread and the
+    child on one CPU for its duration."""
+    return _pool().extract(html, engine, timeout_ms, utf8, one_cpu)
 
 
 def parse_pdf(data: bytes, timeout_ms: float, memory_mb: int, max_pages: int, min_image_side: int) -> dict:
@@ -222,7 +223,7 @@ class _Child:
         self.writable.register(self.req_w, select.POLLOUT | select.POLLERR | select.POLLHUP)
         self.loaded: set[str] = set()
         self.closed = False
-        self.cpu: int | None = None  # the one CPU the child is pinned to, the caller's (see one_cpu)
+        self.cpu: int | None = None  # the one CPU the child is pinned to, the caller's (see on_one_cpu)
 
     def alive(self) -> bool:
         return not self.closed and self.proc.poll() is None
@@ -276,7 +277,7 @@ class _Child:
         return bytes(buf[:1]), buf[_RESP.size:]
 
     def _follow_caller(self) -> None:
-        """Inside one_cpu(): pin the child to the caller's CPU (once per CPU)."""
+        """Inside on_one_cpu(): pin the child to the caller's CPU (once per CPU)."""
         cpu = getattr(_ONE_CPU, "cpu", None)
         if cpu is None or cpu == self.cpu:
             return
@@ -311,13 +312,13 @@ _ONE_CPU = threading.local()
 
 
 @contextlib.contextmanager
-def one_cpu():
+def on_one_cpu():
     """Run the calling thread, and the child processes it hands work to, on the one CPU the thread is
     on. The caller waits while its child works, so the two never need two CPUs at once, and a wake-up
     that crosses CPUs is dear in a VM: in this project's, a round trip to the child took 177-269 us
-    across CPUs and 68-99 us on one, and read+extract of real-size pages (1 worker) ran 0.55-0.72x the
-    bare fastwarc+resiliparse loop free and 0.71-0.78x pinned. Only this thread's affinity changes, and
-    it is restored on the way out; without sched_getcpu (not Linux/glibc) nothing changes."""
+    across CPUs and 68-99 us on one. Only this thread's affinity changes, and it is restored on the way
+    out, so keep the block to the request: a thread started inside it (a library's thread pool) would
+    inherit the one CPU for good. Without sched_getcpu (not Linux/glibc) nothing changes."""
     cpu = _current_cpu()
     if cpu is None or getattr(_ONE_CPU, "cpu", None) is not None:
         yield
@@ -420,11 +421,13 @@ class _Pool:
         with self.lock:
             self.idle[child.kind].append(child)
 
-    def extract(self, html: str, engine: str, timeout_ms: float, utf8: bytes | None = None) -> str:
+    def extract(self, html: str, engine: str, timeout_ms: float, utf8: bytes | None = None,
+                one_cpu: bool = True) -> str:
         child = self._checkout("html", engine)
         page = utf8 if utf8 is not None else html.encode("utf-8", "replace")
         try:
-            status, body = child.request(b"X", ENGINES.index(engine), page, timeout_ms / 1000)
+            with on_one_cpu() if one_cpu else contextlib.nullcontext():
+                status, body = child.request(b"X", ENGINES.index(engine), page, timeout_ms / 1000)
         except EOFError:
             code = self._discard(child)
             raise SandboxError("extract_error", f"extractor process died: {_exit_text(code)}") from None

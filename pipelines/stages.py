@@ -206,10 +206,9 @@ class ExtractConfig(Section):
     min_chars: int = Field(1, ge=0, description="shorter extracted text is no_text")
     batch_docs: int = Field(64, gt=0, description="pages extracted back to back (faster than one by one)")
     one_cpu: bool = Field(True, description=(
-        "run a batch that holds a page for the extractor's child process, and that child, on the one CPU the "
-        "batch's thread is on (extract/sandbox.py one_cpu: the thread waits while the child works; a wake-up "
-        "across CPUs is dear in a VM): read+extract of real-size pages 270 -> 392 docs/s with 1 worker, steady "
-        "state 734 -> 862 with 2; mixed-dev with 2 workers unchanged (this project's 2-vCPU VM)"))
+        "extract a page sent to the extractor's child process with the calling thread and the child on one CPU "
+        "(extract/sandbox.py on_one_cpu: the thread waits while the child works; a wake-up across CPUs is dear in "
+        "a VM): real-size pages, 1 worker, 270 -> 301 docs/s; 2 workers within noise (this project's 2-vCPU VM)"))
 
 
 class ExtractText(DocumentStep):
@@ -220,17 +219,6 @@ class ExtractText(DocumentStep):
     def __init__(self, stage: str, cfg: dict):
         super().__init__(stage, cfg)
         self.batch = cfg["batch_docs"]
-
-    def _drain(self):
-        from extract.sandbox import SAFE_MAX_CHARS, one_cpu
-
-        # only a batch with a page for the extractor's child (one too long to be extracted in process)
-        # gains: pinned, a batch of small pages only loses the scheduler's freedom to move the thread
-        if not (self.cfg["one_cpu"] and any(len(doc["payload"] or b"") > SAFE_MAX_CHARS for doc in self._buffer)):
-            yield from super()._drain()
-            return
-        with one_cpu():  # this thread and its extractor child on one CPU for the batch
-            yield from super()._drain()
 
     def step(self, raw):
         from extract.html import ExtractionError, decode_html, extract_main_text
@@ -247,7 +235,8 @@ class ExtractText(DocumentStep):
                 charset = decoded.charset
                 if decoded.source != "declared":
                     self.count(f"charset/{decoded.source}")
-                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"], decoded.utf8)
+                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"], decoded.utf8,
+                                         self.cfg["one_cpu"])
         except ExtractionError as err:
             return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run

@@ -350,57 +350,60 @@ def test_forked_worker_gets_its_own_watchdog_and_children():
     assert sandbox.child_pids() == inherited and extract_main_text(nested_divs(400)) == "deep text"
 
 
-def test_one_cpu_pins_the_thread_and_its_child_for_the_block_and_restores_the_thread():
-    """Inside sandbox.one_cpu() the calling thread runs on the CPU it was on and the child it sends a
+def test_on_one_cpu_pins_the_thread_and_its_child_for_the_block_and_restores_the_thread():
+    """Inside sandbox.on_one_cpu() the calling thread runs on the CPU it was on and the child it sends a
     page to is pinned there too; on the way out the thread gets its own affinity back (the child stays
     pinned while idle, and follows the caller again in the next block). Nested blocks are one block;
     outside a block a request never touches the child's affinity. Texts are the same either way."""
     if sandbox._current_cpu() is None:
         pytest.skip("no sched_getcpu here")
     page = "<html><body>" + "<p>A sentence of the page, long enough to keep.</p>" * 300 + "</body></html>"
-    expected = sandbox.extract(page, "resiliparse", 5000)
+    expected = sandbox.extract(page, "resiliparse", 5000, one_cpu=False)
     child = next(c for c in sandbox._pool().children if c.kind == "html")
     everywhere = os.sched_getaffinity(0)
     os.sched_setaffinity(child.proc.pid, everywhere)
     child.cpu = None
-    assert sandbox.extract(page, "resiliparse", 5000) == expected
+    assert sandbox.extract(page, "resiliparse", 5000, one_cpu=False) == expected
     assert child.cpu is None and os.sched_getaffinity(child.proc.pid) == everywhere  # outside: untouched
-    with sandbox.one_cpu():
+    with sandbox.on_one_cpu():
         cpu = sandbox._current_cpu()
         assert os.sched_getaffinity(0) == {cpu}
-        with sandbox.one_cpu():  # nested: the same CPU, nothing restored early
-            assert sandbox.extract(page, "resiliparse", 5000) == expected
+        with sandbox.on_one_cpu():  # nested: the same CPU, nothing restored early
+            assert sandbox.extract(page, "resiliparse", 5000, one_cpu=False) == expected
         assert os.sched_getaffinity(0) == {cpu}
         assert child.cpu == cpu and os.sched_getaffinity(child.proc.pid) == {cpu}
     assert os.sched_getaffinity(0) == everywhere
 
 
-def test_one_cpu_restores_the_thread_when_the_block_fails():
+def test_on_one_cpu_restores_the_thread_when_the_block_fails():
     if sandbox._current_cpu() is None:
         pytest.skip("no sched_getcpu here")
     everywhere = os.sched_getaffinity(0)
     with pytest.raises(RuntimeError):
-        with sandbox.one_cpu():
+        with sandbox.on_one_cpu():
             raise RuntimeError("a page's step failed")
     assert os.sched_getaffinity(0) == everywhere and getattr(sandbox._ONE_CPU, "cpu", None) is None
 
 
-def test_the_extract_stage_runs_a_batch_for_the_child_in_one_cpu_behind_its_flag(monkeypatch):
-    """A batch with a page too long for the in-process path runs in one_cpu(); a batch of small pages,
-    or any batch with `extract.one_cpu: false`, does not. The texts are the same."""
+def test_a_page_for_the_child_is_extracted_on_one_cpu_behind_the_stage_flag(monkeypatch):
+    """The extract stage hands `extract.one_cpu` to extract_main_text: a page for the child is extracted
+    inside on_one_cpu() (the calling thread's affinity is its own again afterwards), a page kept in
+    process never is, and with the flag off no page is. The texts are the same."""
     from contextlib import contextmanager
 
     from pipelines.stages import ExtractConfig, ExtractText
 
     blocks = []
+    real = sandbox.on_one_cpu
 
     @contextmanager
     def recorded():
         blocks.append("in")
-        yield
+        with real():
+            yield
         blocks.append("out")
 
-    monkeypatch.setattr(sandbox, "one_cpu", recorded)
+    monkeypatch.setattr(sandbox, "on_one_cpu", recorded)
 
     def page(paragraphs):
         return {"id": "a", "url": "http://example.org/", "warc_file": "f", "warc_offset": 0, "warc_date": "",
@@ -408,13 +411,14 @@ def test_the_extract_stage_runs_a_batch_for_the_child_in_one_cpu_behind_its_flag
                 "payload": ("<html><body>" + "<p>Some text of the page.</p>" * paragraphs + "</body></html>").encode()}
 
     small, large = page(1), page(1000)
-    assert len(large["payload"]) > sandbox.SAFE_MAX_CHARS >= len(small["payload"])
-    for flag, batch, expected in ((True, (small, large), ["in", "out"]), (True, (small, small), []),
-                                  (False, (small, large), [])):
+    assert sandbox.in_process_is_safe(small["payload"].decode(), 5000)
+    assert not sandbox.in_process_is_safe(large["payload"].decode(), 5000)
+    everywhere = os.sched_getaffinity(0)
+    for flag, doc, expected in ((True, large, ["in", "out"]), (True, small, []), (False, large, [])):
         blocks.clear()
-        step = ExtractText("extract", {**ExtractConfig().model_dump(), "one_cpu": flag, "batch_docs": 2})
+        step = ExtractText("extract", {**ExtractConfig().model_dump(), "one_cpu": flag, "batch_docs": 1})
         step.setup()
         step.start_bundle()
-        outs = [o for doc in batch for o in step.process(doc)]
-        assert blocks == expected and len(outs) == 2
-        assert all(o["text"].startswith("Some text of the page.") for o in outs)
+        outs = list(step.process(doc))
+        assert blocks == expected and len(outs) == 1 and outs[0]["text"].startswith("Some text of the page.")
+        assert os.sched_getaffinity(0) == everywhere
