@@ -25,8 +25,9 @@ Scores, as the benchmark's own evaluation and the issue figures use them: per pa
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
 averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core;
-the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two
-engines' times within each round, median over the rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
+the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default
+(`speed_vs_trafilatura`: the ratio of the two engines' times within each round, median over the
+rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
 quality rules (default thresholds, fastText's language) keep on that text after the line steps without
 the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
 per page (mean over the pages, on the extractor's text).
@@ -37,6 +38,7 @@ per page (mean over the pages, on the extractor's text).
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import re
@@ -99,21 +101,28 @@ def engines() -> dict:
     }
 
 
+@functools.cache
+def default_quality():
+    """The quality stage's default settings (built once: line_steps runs inside the timed passes)."""
+    from filters.quality import QualityConfig
+
+    return QualityConfig()
+
+
 def line_steps(text: str) -> str:
     """The quality stage's line steps after the boilerplate model, with the default settings."""
     from filters.clean import clean_for_rules
-    from filters.quality import QualityConfig
 
-    config = QualityConfig()
+    config = default_quality()
     return clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False, config.rendering_max_copies)[0]
 
 
 def quality_keeps(texts: list[str]) -> list[bool]:
     """Whether the quality rules keep each text after the line steps without the model (default settings)."""
     from filters.language import LanguageIdentifier
-    from filters.quality import QualityConfig, QualityFilter
+    from filters.quality import QualityFilter
 
-    rules, language = QualityFilter(QualityConfig()), LanguageIdentifier()
+    rules, language = QualityFilter(default_quality()), LanguageIdentifier()
     kept = []
     for text in texts:
         text = line_steps(text)

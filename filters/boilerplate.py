@@ -55,6 +55,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
+from filters.clean import join_without
 from filters.quality import _SENT_END_RE, _WIDE_RE, _ends_with_terminal
 
 MODEL_PATH = Path(__file__).parent / "models" / "boilerplate_lines.json"
@@ -207,15 +208,5 @@ def remove_context_boilerplate(text: str, model: LineModel | None = None) -> tup
     removed = sum(drop)
     if not removed:
         return text, 0
-    out, k, gap = [], 0, False
-    for raw in lines:
-        if raw.strip():
-            k += 1
-            if drop[k - 1]:
-                gap = True
-                continue
-            gap = False
-        elif gap and out and not out[-1].strip():
-            continue  # the blank lines around a removed line: merged into one
-        out.append(raw)
-    return "\n".join(out).strip(), removed
+    judged = [k for k, raw in enumerate(lines) if raw.strip()]  # `drop` is per non-blank line
+    return join_without(lines, {k for k, gone in zip(judged, drop) if gone}), removed

@@ -100,28 +100,34 @@ def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
     if max_copies < 2:
         return text, 0
     lines = text.split("\n")
-    counts: dict[str, int] = {}
-    for line in lines:
-        key = line.strip()
-        if len(key) >= min_chars and _ends_with_terminal(key):
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter(key for line in lines if len(key := line.strip()) >= min_chars and _ends_with_terminal(key))
     repeated = {key for key, n in counts.items() if 1 < n <= max_copies}
     if not repeated:
         return text, 0
-    out, seen, gap, removed = [], set(), False, 0
-    for line in lines:
+    seen, copies = set(), set()
+    for k, line in enumerate(lines):
         key = line.strip()
         if key in repeated:
             if key in seen:
-                removed, gap = removed + 1, True
-                continue
+                copies.add(k)  # the first occurrence stays
             seen.add(key)
-        if key:
+    return join_without(lines, copies), len(copies)
+
+
+def join_without(lines: list[str], drop: set[int]) -> str:
+    """`lines` joined without the lines at the indexes in `drop` and stripped; the blank lines around a
+    removed line are merged into one (the page's own gaps elsewhere stay as they are)."""
+    out, gap = [], False
+    for k, line in enumerate(lines):
+        if k in drop:
+            gap = True
+            continue
+        if line.strip():
             gap = False
         elif gap and out and not out[-1].strip():
-            continue  # the blank lines around a removed copy: merged into one, as filters/boilerplate.py does
+            continue
         out.append(line)
-    return "\n".join(out).strip(), removed
+    return "\n".join(out).strip()
 
 
 def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False,
