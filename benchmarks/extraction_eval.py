@@ -7,7 +7,7 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 - `default`: the text the text branch's quality rules judge, with the default settings (the extract
   stage's extract.html.extract_main_text on the page as that stage hands it over, its text and, where
   they are UTF-8, its payload bytes; then the quality stage's line steps, filters/clean.clean_for_rules:
-  the boilerplate model, C4's policy/javascript lines, link-list lines, rendering copies), the model held
+  the boilerplate model, C4's policy/javascript lines, ad-slot labels, link-list lines, rendering copies), the model held
   out: a page of half h (filters/train_boilerplate.half_of: sha256 of the URL) is cleaned by the head
   fitted on the other half only (`fit_half_{1-h}` in filters/models/boilerplate_lines.json). Per-host
   template lines, a cross-page step, are left out: the set has one page per host;
@@ -114,7 +114,8 @@ def line_steps(text: str) -> str:
     from filters.clean import clean_for_rules
 
     config = default_quality()
-    return clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False, config.rendering_max_copies)[0]
+    return clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False, config.rendering_max_copies,
+                           config.ad_label_lines)[0]
 
 
 def quality_keeps(texts: list[str]) -> list[bool]:

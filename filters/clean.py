@@ -2,6 +2,10 @@
 - C4's policy and javascript line rules (Raffel et al. 2020, §2.2; datatrove C4QualityFilter
   `filter_policy` / `filter_javascript`): main-content extractors still let cookie banners and
   "enable JavaScript" notices through; C4 drops any line containing these phrases;
+- ad-slot labels: a line that is only the label of an ad slot ("Advertisement", "Story continues below
+  advertisement", "Anzeige", "广告"), which news templates set between paragraphs, where extractors
+  keep it as part of the article (20 such lines on 9 real pages of the shared data, all from scrapinghub's
+  benchmark); five of them cost a Gizmodo story FineWeb's duplicate-line rule;
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
@@ -10,13 +14,14 @@
   (menus one item per line, share bars, bylines, photo credits, "Related" lists: unpunctuated lines judged with
   their neighbours), first, on the extractor's text as the model was fitted on it;
 - rendering copies, last: a sentence line that occurs two or three times in one page keeps its first
-  occurrence (`remove_rendering_copies`).
+  occurrence, and a line cut off by an ellipsis that another line of the page begins with goes
+  (`remove_rendering_copies`).
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from itertools import accumulate
 
@@ -35,6 +40,26 @@ def remove_boilerplate_lines(text: str) -> tuple[str, int]:
     lines = text.split("\n")
     kept = [line for line in lines if not _BOILERPLATE.search(line)]
     return "\n".join(kept).strip(), len(lines) - len(kept)
+
+
+# The whole line, case-insensitive, between optional dashes or brackets ("- Advertisement -", "[Anzeige]").
+AD_LABELS = ("advertisement", "advertisements", "advertising", "sponsored", "sponsored content",
+             "story continues below", "story continues below advertisement", "article continues below",
+             "article continues below advertisement", "continue reading below", "continue reading below advertisement",
+             "anzeige", "werbung", "publicité", "publicidad", "pubblicità", "реклама", "广告")
+_AD_LABEL = re.compile(r"^[\s\-–—\[(]*(?:" + "|".join(re.escape(s) for s in AD_LABELS) + r")[\s\-–—\])]*$", re.I)
+
+
+_AD_LABEL_MAX_CHARS = 48  # longer than any label with its dashes and spaces: the regex never sees prose
+
+
+def remove_ad_label_lines(text: str) -> tuple[str, int]:
+    """(text without lines that are only an ad slot's label (AD_LABELS), number of lines removed)."""
+    lines = text.split("\n")
+    drop = {k for k, line in enumerate(lines) if len(line) < _AD_LABEL_MAX_CHARS and _AD_LABEL.match(line)}
+    if not drop:
+        return text, 0
+    return join_without(lines, drop), len(drop)
 
 
 # A URL, or a domain name with an optional path.
@@ -79,39 +104,72 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 # mysanantonio.com, scrapinghub's benchmark: its caption three times, 0.064 of its characters, where FineWeb's
 # char_duplicates_ratio allows 0.01; Penedo et al. 2024, datatrove FineWebQualityFilter), desktop and mobile
 # copies of a teaser, a pull quote beside its paragraph. Each copy after the first is noise, and the repetition
-# rules drop the whole article for it. Three kinds of repeat stay, every copy, as the rules' evidence:
+# rules drop the whole article for it. Two kinds of copy go:
+# - a line that ends a sentence and occurs 2..`max_copies` times keeps its first occurrence;
+# - a truncated copy: a line cut off by an ellipsis ("...", "…", then maybe a "more" / "read more" toggle)
+#   whose text before it begins another, longer line of the page. It is that line collapsed (the same Hearst
+#   galleries show a long caption once in full, "... less", and once cut, "... more", and a teaser list
+#   cuts the paragraph the page also holds in full), so it holds no word the page does not; these need
+#   not end a sentence, the line they begin is on the page.
+# Three kinds of repeat stay, every copy, as the rules' evidence:
 # - lines on the page more than `max_copies` times: a spam or generator loop (8 to 40 copies on mixed-dev's
 #   junk pages);
 # - lines that do not end a sentence: a menu or a list of links shown in the header and again in the footer is
 #   what the duplicate-line rules are for (a real spam page of the bundled Common Crawl excerpt, 0513mt.com,
 #   is caught only by its two copies of a story-title list), as is a weak model's repeated heading;
-# - lines under `min_chars`: a caption, teaser or pull quote is a full sentence or more, while a shorter
-#   repeated line is as often a list entry that repeats with meaning (one author list under two papers,
-#   a meal plan's "Portion Fix Containers: 1 Purple, 1 Red, 1 tsp." on several days: both on real pages
-#   of the bundled sample), and braces, "Reply" or a refrain repeat for reasons of their own.
+# - lines under `min_chars` (for a truncated copy: its text before the ellipsis): a caption, teaser or pull
+#   quote is a full sentence or more, while a shorter repeated line is as often a list entry that repeats
+#   with meaning (one author list under two papers, a meal plan's "Portion Fix Containers: 1 Purple, 1 Red,
+#   1 tsp." on several days: both on real pages of the bundled sample), and braces, "Reply" or a refrain
+#   repeat for reasons of their own.
 RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 60
+_TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)(?:\s*(?:read\s+|show\s+|see\s+)?more)?$", re.I)
 
 
 def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
                             min_chars: int = RENDERING_MIN_CHARS) -> tuple[str, int]:
-    """(text where every line of >= `min_chars` characters that ends a sentence and occurs 2..`max_copies`
-    times, compared stripped, keeps only its first occurrence; the number of lines removed).
-    `max_copies` < 2: unchanged."""
+    """(text without rendering copies, the number of lines removed), lines compared stripped: a truncated
+    copy (a line of >= `min_chars` characters before a trailing ellipsis that another, longer line
+    begins with) goes, and of every other line of >= `min_chars` characters that ends a sentence and
+    occurs 2..`max_copies` times only the first occurrence stays. `max_copies` < 2: unchanged."""
     if max_copies < 2:
         return text, 0
     lines = text.split("\n")
-    counts = Counter(key for line in lines if len(key := line.strip()) >= min_chars and _ends_with_terminal(key))
+    keys = [line.strip() for line in lines]
+    copies = _truncated_copies(keys, min_chars) if "..." in text or "…" in text else set()
+    counts = Counter(key for k, key in enumerate(keys)
+                     if len(key) >= min_chars and k not in copies and _ends_with_terminal(key))
     repeated = {key for key, n in counts.items() if 1 < n <= max_copies}
-    if not repeated:
+    if not repeated and not copies:
         return text, 0
-    seen, copies = set(), set()
-    for k, line in enumerate(lines):
-        key = line.strip()
+    seen = set()
+    for k, key in enumerate(keys):
         if key in repeated:
             if key in seen:
                 copies.add(k)  # the first occurrence stays
             seen.add(key)
     return join_without(lines, copies), len(copies)
+
+
+def _truncated_copies(keys: list[str], min_chars: int) -> set[int]:
+    """Indexes of the stripped lines `keys` that are truncated copies of a longer line among them."""
+    cut = {}
+    for k, key in enumerate(keys):
+        end = _TRUNCATED.search(key)
+        if end is not None and end.start() >= min_chars:
+            cut[k] = key[:end.start()]
+    if not cut:
+        return set()
+    ordered = sorted(set(keys))  # the lines a prefix begins follow it in sorted order
+    copies = set()
+    for k, prefix in cut.items():
+        at = bisect_left(ordered, prefix)
+        while at < len(ordered) and ordered[at].startswith(prefix):
+            if ordered[at] != keys[k]:  # another line than the truncated one itself
+                copies.add(k)
+                break
+            at += 1
+    return copies
 
 
 def join_without(lines: list[str], drop: set[int]) -> str:
@@ -131,9 +189,10 @@ def join_without(lines: list[str], drop: set[int]) -> str:
 
 
 def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False,
-                    rendering_max_copies: int = 0) -> tuple[str, dict[str, int]]:
+                    rendering_max_copies: int = 0, ad_lines: bool = False) -> tuple[str, dict[str, int]]:
     """The text the quality rules judge, and the lines each step removed (the quality stage's
-    `boilerplate_model_lines`, `boilerplate_lines`, `link_list_lines` and `rendering_copy_lines` scores)."""
+    `boilerplate_model_lines`, `boilerplate_lines`, `ad_label_lines`, `link_list_lines` and
+    `rendering_copy_lines` scores)."""
     removed = {}
     if model_lines:
         from filters.boilerplate import remove_context_boilerplate
@@ -141,6 +200,8 @@ def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bo
         text, removed["boilerplate_model_lines"] = remove_context_boilerplate(text)
     if c4_lines:
         text, removed["boilerplate_lines"] = remove_boilerplate_lines(text)
+    if ad_lines:
+        text, removed["ad_label_lines"] = remove_ad_label_lines(text)
     if link_lines:
         text, removed["link_list_lines"] = remove_link_list_lines(text)
     if rendering_max_copies >= 2:

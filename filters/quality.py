@@ -594,6 +594,9 @@ class _QualitySettings(BaseModel):
     c4_line_filter: StrictBool = Field(True, description=(
         "Remove C4's policy/javascript lines (filters/clean.py) before the rules, as datatrove's "
         "C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text."))
+    ad_label_lines: StrictBool = Field(True, description=(
+        "Remove lines that are only an ad slot's label (\"Advertisement\", \"Story continues below advertisement\", "
+        "\"Anzeige\"; filters/clean.py) before the rules; the document rules see the cleaned text."))
     link_list_lines: StrictBool = Field(True, description=(
         "Remove lines that only list links (>= 3 URLs or domain names, >= 80% of the line; filters/clean.py) "
         "before the rules; the document rules see the cleaned text."))
@@ -619,7 +622,8 @@ class _QualitySettings(BaseModel):
     rendering_max_copies: _number_type(int, optional=False) = Field(3, description=(
         "Last line step before the rules: a line of >= 60 characters that ends a sentence and occurs 2..N "
         "times in a page keeps only its first occurrence (a gallery caption the markup renders full, "
-        "truncated and on the slide; filters/clean.py). Lines repeated more often, and repeated lines that "
+        "truncated and on the slide; filters/clean.py), and a line cut off by an ellipsis (\"... more\") "
+        "whose first 60 or more characters begin another line of the page goes. Lines repeated more often, and repeated lines that "
         "end no sentence (menus, link lists), keep every copy: they are the repetition rules' evidence. "
         "0 or 1: off."))
     gopher_quality: StrictBool = Field(True, description=(

@@ -62,7 +62,8 @@ class TextBranchSteps:
             text, _ = remove_template_lines(text, self.templates[host])
         quality = self.cfg["quality"]
         text, _ = clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
-                                  quality["boilerplate_model"], quality["rendering_max_copies"])
+                                  quality["boilerplate_model"], quality["rendering_max_copies"],
+                                  quality["ad_label_lines"])
         return text, None
 
     def count_templates(self, pages: Iterator[dict]) -> None:
