@@ -25,9 +25,9 @@ Scores, as the benchmark's own evaluation and the issue figures use them: per pa
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
 averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core;
-the fastest of --rounds passes, engines taking turns), the speed relative to trafilatura's default
-(`speed_vs_trafilatura`: the ratio of the two engines' times within each round, median over the
-rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
+the fastest of --rounds passes, engines taking turns, each round starting with the next engine), the
+speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two engines' times
+within each round, median over the rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
 quality rules (default thresholds, fastText's language) keep on that text after the line steps without
 the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
 per page (mean over the pages, on the extractor's text).
@@ -149,12 +149,14 @@ def step_ms(texts: list[str], halves: list[int]) -> float:
 
 
 def timed_rounds(fns: dict, pages: list, n_rounds: int, outputs: dict, seconds: dict) -> list[dict]:
-    """Every engine once per round, rounds back to back: each engine's texts go to `outputs`, its fastest
-    pass to `seconds`; returns each round's times per engine."""
-    rounds = []
-    for _ in range(n_rounds):
+    """Every engine once per round, rounds back to back, round r starting with the r-th engine, so that no
+    engine always runs first, right after the previous round's last one: each engine's texts go to
+    `outputs`, its fastest pass to `seconds`; returns each round's times per engine."""
+    rounds, names = [], list(fns)
+    for r in range(n_rounds):
         spent_in_round = {}
-        for name, fn in fns.items():
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
             for page, _, half in pages[:WARM_PAGES]:  # untimed: the engine's code and tables back in the caches
                 fn(page, half)
             texts, spent = [], 0.0
