@@ -127,7 +127,10 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 #   1 tsp." on several days: both on real pages of the bundled sample), and braces, "Reply" or a refrain
 #   repeat for reasons of their own.
 RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 60
-_TRUNCATED = re.compile(r"\s*(?:\.\.\.|…)(?:\s*(?:read\s+|show\s+|see\s+)?more)?$", re.I)
+# The ellipsis and toggle that end a truncated copy, searched for in the last _TRUNCATED_TAIL characters only
+# (a search of the whole line would retry its leading \s* at every blank of a long run: quadratic).
+_TRUNCATED = re.compile(r"(?:\.\.\.|…)(?:\s*(?:read\s+|show\s+|see\s+)?more)?$", re.I)
+_TRUNCATED_TAIL = 32
 
 
 def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
@@ -159,9 +162,10 @@ def _truncated_copies(keys: list[str], min_chars: int) -> set[int]:
     """Indexes of the stripped lines `keys` that are truncated copies of a longer line among them."""
     cut = {}
     for k, key in enumerate(keys):
-        end = _TRUNCATED.search(key)
-        if end is not None and end.start() >= min_chars:
-            cut[k] = key[:end.start()]
+        tail = max(0, len(key) - _TRUNCATED_TAIL)
+        end = _TRUNCATED.search(key, tail)
+        if end is not None and len(prefix := key[:end.start()].rstrip()) >= min_chars:
+            cut[k] = prefix
     if not cut:
         return set()
     ordered = sorted(set(keys))  # the lines a prefix begins follow it in sorted order

@@ -50,10 +50,12 @@ INSTRUMENT = {
     "charset": ["extract"],
     "html": ["extract"],
     "image": ["filters", "PIL", "imagehash"],
+    "text_rules": ["filters"],
 }
 TARGET_NAMES = list(INSTRUMENT)
 # Default --input-timeout per target (CPU seconds): a few hundred times a typical input's cost.
-INPUT_TIMEOUT = {"warc_raw": 2.0, "warc_records": 5.0, "charset": 2.0, "html": 5.0, "image": 10.0}
+INPUT_TIMEOUT = {"warc_raw": 2.0, "warc_records": 5.0, "charset": 2.0, "html": 5.0, "image": 10.0,
+                 "text_rules": 2.0}
 
 
 def signature(exc: BaseException) -> str:
@@ -225,7 +227,10 @@ def main(argv: list[str]) -> None:
     with atheris.instrument_imports(include=INSTRUMENT[target]):
         import extract.html  # noqa: F401
         import extract.warc  # noqa: F401
+        import filters.boilerplate  # noqa: F401
+        import filters.clean  # noqa: F401
         import filters.image  # noqa: F401
+        import filters.quality  # noqa: F401
         if target == "image":
             from PIL import Image
 

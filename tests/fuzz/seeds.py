@@ -217,12 +217,32 @@ def seeds_image() -> list[bytes]:
     return out
 
 
+def seeds_text_rules() -> list[bytes]:
+    """Extracted texts the quality stage judges, each in a language TEXT_LANGS picks (first byte): the
+    fixtures' HTML pages through resiliparse's main-content extraction (the pipeline's extractor; its
+    flags do not matter for seeds), and the boilerplate fixtures' pages (menus, galleries, ad labels)."""
+    import gzip
+
+    from resiliparse.extract.html2text import extract_plain_text
+
+    pages = [body.decode("utf-8", "replace") for body, _ in http_bodies("text/html")]
+    pages += [gzip.decompress(f.read_bytes()).decode("utf-8", "replace")
+              for f in sorted((DATA / "boilerplate").glob("*.html.gz"))]
+    out = []
+    for i, html in enumerate(pages):
+        text = extract_plain_text(html, main_content=True).strip()
+        if text:
+            out.append(bytes([i % 8]) + text.encode("utf-8")[:SEED_MAX])
+    return out
+
+
 SEEDS = {
     "warc_raw": seeds_warc_raw,
     "warc_records": seeds_warc_records,
     "charset": seeds_charset,
     "html": seeds_html,
     "image": seeds_image,
+    "text_rules": seeds_text_rules,
 }
 
 

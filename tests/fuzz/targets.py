@@ -13,11 +13,15 @@ Targets
                 take (UTF-8-encodable: no lone surrogates, which Python's utf-7 codec produces).
 - html          extract.html.extract_main_text (resiliparse, 2 s guard): only ExtractionError, a str.
 - image         filters.image.decode_image: a DecodedImage or a reason string, never an exception.
+- text_rules    the quality stage on an extracted text: filters.clean.clean_for_rules (every line step,
+                the boilerplate model on) then filters.quality.QualityFilter: never raises, terminates,
+                removes whole lines only (every output line is an input line), finite values.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
 import zlib
 from collections import Counter
@@ -26,7 +30,9 @@ import atheris
 
 from extract.html import ExtractionError, decode_html, extract_main_text
 from extract.warc import RawRecord, ReadError, iter_records
+from filters.clean import clean_for_rules
 from filters.image import DecodedImage, decode_image
+from filters.quality import QualityConfig, QualityFilter
 from tests.fuzz import seeds
 
 
@@ -343,12 +349,43 @@ def image(data: bytes) -> None:
     _check(out.format in cfg["formats"] or out.format == "MPO", "format_not_allowed", out.format)
 
 
+# ------------------------------------------------------------------------------------ text rules
+# The languages the first input byte picks: each family of rules (stop words, CJK n-grams and brackets,
+# Hangul word length, Thai without spaces) and "" (no language identified).
+TEXT_LANGS = ("en", "de", "zh", "ja", "ko", "th", "ru", "")
+_QUALITY = None
+
+
+def text_rules(data: bytes) -> None:
+    # Input format: the first byte picks TEXT_LANGS[b % len]; the rest is the text (UTF-8, invalid bytes
+    # replaced): what the extract stage hands the quality stage.
+    global _QUALITY
+    if _QUALITY is None:
+        config = QualityConfig()
+        _QUALITY = (config, QualityFilter(config))
+    config, rules = _QUALITY
+    lang = TEXT_LANGS[data[0] % len(TEXT_LANGS)] if data else ""
+    text = data[1:].decode("utf-8", "replace")
+    cleaned, removed = clean_for_rules(text, config.c4_line_filter, config.link_list_lines, True,
+                                       config.rendering_max_copies, config.ad_label_lines)
+    _check(isinstance(cleaned, str), "text_not_str", type(cleaned).__name__)
+    _check(all(isinstance(n, int) and n >= 0 for n in removed.values()), "bad_count", repr(removed))
+    have = {line.strip() for line in text.split("\n")}
+    new = [line for line in cleaned.split("\n") if line.strip() and line.strip() not in have]
+    _check(not new, "line_not_in_input", repr(new[:1])[:200])
+    failed, values = rules(cleaned, lang)
+    _check(all(isinstance(r, str) and r for r in failed), "bad_reason", repr(failed))
+    bad = {k: v for k, v in values.items() if not (isinstance(v, float) and math.isfinite(v))}
+    _check(not bad, "value_not_finite", repr(bad)[:200])
+
+
 TARGETS = {
     "warc_raw": warc_raw,
     "warc_records": warc_records,
     "charset": charset,
     "html": html,
     "image": image,
+    "text_rules": text_rules,
 }
 
 
