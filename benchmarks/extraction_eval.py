@@ -7,8 +7,8 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 - `default`: the text the text branch's quality rules judge, with the default settings (the extract
   stage's extract.html.extract_main_text on the page as that stage hands it over, its text and, where
   they are UTF-8, its payload bytes; then the quality stage's line steps, filters/clean.clean_for_rules:
-  the boilerplate model, C4's policy/javascript lines, ad-slot labels, link-list lines, rendering copies), the model held
-  out: a page of half h (filters/train_boilerplate.half_of: sha256 of the URL) is cleaned by the head
+  the boilerplate model, C4's policy/javascript lines, ad-slot labels, link-list lines, rendering copies),
+  the model held out: a page of half h (filters/train_boilerplate.half_of: sha256 of the URL) is cleaned by the head
   fitted on the other half only (`fit_half_{1-h}` in filters/models/boilerplate_lines.json). Per-host
   template lines, a cross-page step, are left out: the set has one page per host;
 - `default_in_sample`: the same with the shipped head, fitted on all 181 pages (in-sample here, for
@@ -27,9 +27,9 @@ output tokens, recall = shared / annotated (an empty output: precision 0); F1 of
 averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core;
 the fastest of --rounds passes, engines taking turns, each round starting with the next engine), the
 speed relative to trafilatura's default (`speed_vs_trafilatura`: the ratio of the two engines' times
-within each round, median over the rounds), the same scores per half of the pages (`by_half`), and `quality_kept`: how many pages the
-quality rules (default thresholds, fastText's language) keep on that text after the line steps without
-the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
+within each round, median over the rounds), the same scores per half of the pages (`by_half`), and
+`quality_kept`: how many pages the quality rules (default thresholds, fastText's language) keep on that
+text after the line steps without the model (for the `default` rows: on their own text). `boilerplate_step`: the model's own cost in ms
 per page (mean over the pages, on the extractor's text).
 
     .venv/bin/python benchmarks/extraction_eval.py [--data ../shared/data/html/scrapinghub_aeb] [--half 0|1] [--rounds 3]

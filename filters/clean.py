@@ -45,11 +45,10 @@ def remove_boilerplate_lines(text: str) -> tuple[str, int]:
 # The whole line, case-insensitive, between optional dashes or brackets ("- Advertisement -", "[Anzeige]").
 AD_LABELS = ("advertisement", "advertisements", "advertising", "sponsored", "sponsored content",
              "story continues below", "story continues below advertisement", "article continues below",
-             "article continues below advertisement", "continue reading below", "continue reading below advertisement",
-             "anzeige", "werbung", "publicité", "publicidad", "pubblicità", "реклама", "广告")
+             "article continues below advertisement", "continue reading below",
+             "continue reading below advertisement", "anzeige", "werbung", "publicité", "publicidad", "pubblicità",
+             "реклама", "广告")
 _AD_LABEL = re.compile(r"^[\s\-–—\[(]*(?:" + "|".join(re.escape(s) for s in AD_LABELS) + r")[\s\-–—\])]*$", re.I)
-
-
 _AD_LABEL_MAX_CHARS = 48  # longer than any label with its dashes and spaces: the regex never sees prose
 
 

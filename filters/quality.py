@@ -623,8 +623,9 @@ class _QualitySettings(BaseModel):
         "Last line step before the rules: a line of >= 60 characters that ends a sentence and occurs 2..N "
         "times in a page keeps only its first occurrence (a gallery caption the markup renders full, "
         "truncated and on the slide; filters/clean.py), and a line cut off by an ellipsis (\"... more\") "
-        "whose first 60 or more characters begin another line of the page goes. Lines repeated more often, and repeated lines that "
-        "end no sentence (menus, link lists), keep every copy: they are the repetition rules' evidence. "
+        "whose first 60 or more characters begin another line of the page goes. Lines repeated more often, "
+        "and repeated lines that end no sentence (menus, link lists), keep every copy: they are the repetition "
+        "rules' evidence. "
         "0 or 1: off."))
     gopher_quality: StrictBool = Field(True, description=(
         "Run the Gopher quality rules (Rae et al. 2021, A.1.1); off: their values are not measured."))

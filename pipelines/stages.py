@@ -176,9 +176,9 @@ class ReadStage(Stage):
     twice is read once); gzip members are split by us (zlib-ng's inflate, streaming: about twice
     CPython's zlib) and uncompressed WARCs framed by us, each record parsed by fastwarc, so a damaged
     member or record costs one unit and reading resumes at the next member or `WARC/1.x` line
-    (`read/skipped_bytes` counts what damage cost); multi-record and whole-file gzip are read in full. Every record is counted by type (`records/<type>`;
-    `records/truncated` for WARC-Truncated captures, which are kept); a record id seen twice in one file
-    is one record. PDFs go to `OUT/docs/pdf` for the interleaved branch."""
+    (`read/skipped_bytes` counts what damage cost); multi-record and whole-file gzip are read in full.
+    Every record is counted by type (`records/<type>`; `records/truncated` for WARC-Truncated captures,
+    which are kept); a record id seen twice in one file is one record. PDFs go to `OUT/docs/pdf` for the interleaved branch."""
 
     name, config, schema = "read", ReadConfig, io.RAW_SCHEMA
     reads, starts_group, counts_itself, counts_file_rows = READS_INPUT, True, True, True
