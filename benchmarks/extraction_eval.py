@@ -115,7 +115,7 @@ def line_steps(text: str) -> str:
 
     config = default_quality()
     return clean_for_rules(text, config.c4_line_filter, config.link_list_lines, False, config.rendering_max_copies,
-                           config.ad_label_lines)[0]
+                           config.label_lines)[0]
 
 
 def quality_keeps(texts: list[str]) -> list[bool]:

@@ -2,10 +2,11 @@
 - C4's policy and javascript line rules (Raffel et al. 2020, §2.2; datatrove C4QualityFilter
   `filter_policy` / `filter_javascript`): main-content extractors still let cookie banners and
   "enable JavaScript" notices through; C4 drops any line containing these phrases;
-- ad-slot labels: a line that is only the label of an ad slot ("Advertisement", "Story continues below
-  advertisement", "Anzeige", "广告"), which news templates set between paragraphs, where extractors
-  keep it as part of the article (20 such lines on 9 real pages of the shared data, all from scrapinghub's
-  benchmark); five of them cost a Gizmodo story FineWeb's duplicate-line rule;
+- label lines: a line that is only the label of an ad slot ("Advertisement", "Story continues below
+  advertisement", "Anzeige", "广告"), which news templates set between paragraphs, or a photo credit
+  ("Photo: Hau Dinh, AP") under each rendering of a gallery's caption, where extractors keep them as part
+  of the article. Five ad labels cost a Gizmodo story FineWeb's duplicate-line rule, and the credits under
+  a caption rendered twice or three times cost AP stories the same rule once their caption copies are gone;
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
@@ -13,7 +14,7 @@
 - with `quality.boilerplate_model`, the lines filters/boilerplate.py's context model calls boilerplate
   (menus one item per line, share bars, bylines, photo credits, "Related" lists: unpunctuated lines judged with
   their neighbours), first, on the extractor's text as the model was fitted on it;
-- rendering copies, last: a sentence line that occurs two or three times in one page keeps its first
+- rendering copies, last: a sentence line that occurs two to four times in one page keeps its first
   occurrence, and a line cut off by an ellipsis that another line of the page begins with goes
   (`remove_rendering_copies`).
 """
@@ -42,7 +43,8 @@ def remove_boilerplate_lines(text: str) -> tuple[str, int]:
     return "\n".join(kept).strip(), len(lines) - len(kept)
 
 
-# The whole line, case-insensitive, between optional dashes or brackets ("- Advertisement -", "[Anzeige]").
+# Label lines: the whole line, case-insensitive.
+# - An ad slot's label, between optional dashes or brackets ("- Advertisement -", "[Anzeige]").
 AD_LABELS = ("advertisement", "advertisements", "advertising", "sponsored", "sponsored content",
              "story continues below", "story continues below advertisement", "article continues below",
              "article continues below advertisement", "continue reading below",
@@ -50,12 +52,34 @@ AD_LABELS = ("advertisement", "advertisements", "advertising", "sponsored", "spo
              "реклама", "广告")
 _AD_LABEL = re.compile(r"^[\s\-–—\[(]*(?:" + "|".join(re.escape(s) for s in AD_LABELS) + r")[\s\-–—\])]*$", re.I)
 _AD_LABEL_MAX_CHARS = 48  # longer than any label with its dashes and spaces: the regex never sees prose
+# - A photo credit: one of CREDIT_LABELS, a colon and a name of at most CREDIT_MAX_WORDS words that ends no
+#   sentence, perhaps in brackets ("Photo: David Zalubowski, STF / Associated Press", "(Image: © NASA/ESA)").
+#   The name may hold dots ("Gene J. Puskar"); a caption that describes the picture is a sentence or longer.
+CREDIT_LABELS = ("photo", "photos", "photograph", "photo credit", "photo credits", "image", "image credit",
+                 "picture", "credit", "foto", "fotos", "bild", "crédit photo")
+CREDIT_MAX_WORDS = 8
+_CREDIT = re.compile(r"^\s*[(\[]?\s*(?:" + "|".join(re.escape(s) for s in CREDIT_LABELS)
+                     + r")\s*:\s*[^!?\s][^!?]*(?<![.\s])[)\]]?\s*$", re.I)
+_CREDIT_MAX_CHARS = 100
 
 
-def remove_ad_label_lines(text: str) -> tuple[str, int]:
-    """(text without lines that are only an ad slot's label (AD_LABELS), number of lines removed)."""
+# A line that begins with one of the labels: the one test most lines fail.
+_LABEL_START = re.compile(r"[\s\-–—\[(]*(?:" + "|".join(re.escape(s) for s in AD_LABELS + CREDIT_LABELS) + ")", re.I)
+
+
+def _is_label_line(line: str) -> bool:
+    n = len(line)
+    if n < _AD_LABEL_MAX_CHARS and _AD_LABEL.match(line):
+        return True
+    return n < _CREDIT_MAX_CHARS and _CREDIT.match(line) is not None and len(line.split()) <= CREDIT_MAX_WORDS + 2
+
+
+def remove_label_lines(text: str) -> tuple[str, int]:
+    """(text without lines that are only an ad slot's label (AD_LABELS) or a photo credit (CREDIT_LABELS),
+    number of lines removed)."""
     lines = text.split("\n")
-    drop = {k for k, line in enumerate(lines) if len(line) < _AD_LABEL_MAX_CHARS and _AD_LABEL.match(line)}
+    drop = {k for k, line in enumerate(lines)
+            if len(line) < _CREDIT_MAX_CHARS and _LABEL_START.match(line) and _is_label_line(line)}
     if not drop:
         return text, 0
     return join_without(lines, drop), len(drop)
@@ -108,12 +132,14 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 
 
 # Why a page repeats a sentence a few times, and which repeats stay. Page markup renders one text more than
-# once: a gallery's caption as "caption-full", "caption-truncated" and the slide (a Hearst AP story on
-# mysanantonio.com, scrapinghub's benchmark: its caption three times, 0.064 of its characters, where FineWeb's
-# char_duplicates_ratio allows 0.01; Penedo et al. 2024, datatrove FineWebQualityFilter), desktop and mobile
-# copies of a teaser, a pull quote beside its paragraph. Each copy after the first is noise, and the repetition
-# rules drop the whole article for it. Two kinds of copy go:
-# - a line that ends a sentence and occurs 2..`max_copies` times keeps its first occurrence;
+# once: a gallery's caption in the slide list ("• caption"), in full ("caption. less"), collapsed ("cap... more")
+# and on the slide (Hearst AP stories of scrapinghub's benchmark: 4 copies once bullets and toggles are set
+# aside, 0.064 of a story's characters where FineWeb's char_duplicates_ratio allows 0.01; Penedo et al. 2024,
+# datatrove FineWebQualityFilter), desktop and mobile copies of a teaser, a pull quote beside its paragraph. Each
+# copy after the first is noise, and the repetition rules drop the whole article for it. Two kinds of copy go:
+# - a line that ends a sentence (a bracketed credit after it aside: "... Colo. (AP Photo/David Zalubowski)")
+#   and occurs 2..`max_copies` times keeps its first occurrence; lines are compared stripped, without a leading
+#   list bullet or a trailing "less" / "more" toggle (`_copy_key`);
 # - a truncated copy: a line cut off by an ellipsis ("...", "…", then maybe a "more" / "read more" toggle)
 #   whose text before it begins another, longer line of the page. It is that line collapsed (the same Hearst
 #   galleries show a long caption once in full, "... less", and once cut, "... more", and a teaser list
@@ -121,7 +147,7 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 #   not end a sentence, the line they begin is on the page.
 # Three kinds of repeat stay, every copy, as the rules' evidence:
 # - lines on the page more than `max_copies` times: a spam or generator loop (8 to 40 copies on mixed-dev's
-#   junk pages);
+#   junk pages; no line of the real pages of the shared data repeats 5 to 7 times);
 # - lines that do not end a sentence: a menu or a list of links shown in the header and again in the footer is
 #   what the duplicate-line rules are for (a real spam page of the bundled Common Crawl excerpt, 0513mt.com,
 #   is caught only by its two copies of a story-title list), as is a weak model's repeated heading;
@@ -129,8 +155,9 @@ def remove_link_list_lines(text: str) -> tuple[str, int]:
 #   quote is a full sentence or more, while a shorter repeated line is as often a list entry that repeats
 #   with meaning (one author list under two papers, a meal plan's "Portion Fix Containers: 1 Purple, 1 Red,
 #   1 tsp." on several days: both on real pages of the bundled sample), and braces, "Reply" or a refrain
-#   repeat for reasons of their own.
-RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 3, 60
+#   repeat for reasons of their own. The same meal plan's longer entries (66 and 74 characters, 3 and 4 times)
+#   do go: a list entry that long and that often is what the rule cannot tell from a caption.
+RENDERING_MAX_COPIES, RENDERING_MIN_CHARS = 4, 60
 # The ellipsis and toggle that end a truncated copy, searched for in the last _TRUNCATED_TAIL characters only
 # (a search of the whole line would retry its leading \s* at every blank of a long run: quadratic).
 _TRUNCATED = re.compile(r"(?:\.\.\.|…)(?:\s*(?:read\s+|show\s+|see\s+)?more)?$", re.I)
@@ -146,10 +173,11 @@ def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
     if max_copies < 2:
         return text, 0
     lines = text.split("\n")
-    keys = [line.strip() for line in lines]
+    keys = [_copy_key(key) if key[:1] in _COPY_BULLETS or key[-4:] in _COPY_TOGGLES else key
+            for key in map(str.strip, lines)]
     copies = _truncated_copies(keys, min_chars) if "..." in text or "…" in text else set()
     counts = Counter(key for k, key in enumerate(keys)
-                     if len(key) >= min_chars and k not in copies and _ends_with_terminal(key))
+                     if len(key) >= min_chars and k not in copies and _ends_sentence(key))
     repeated = {key for key, n in counts.items() if 1 < n <= max_copies}
     if not repeated and not copies:
         return text, 0
@@ -160,6 +188,31 @@ def remove_rendering_copies(text: str, max_copies: int = RENDERING_MAX_COPIES,
                 copies.add(k)  # the first occurrence stays
             seen.add(key)
     return join_without(lines, copies), len(copies)
+
+
+# What a rendering copy may differ by: a list bullet before it (a gallery's slide list), a "less" / "more"
+# toggle after its last sentence (the expanded caption's collapse link).
+_COPY_BULLETS = frozenset("•·▪◦‣*-")
+_COPY_TOGGLES = frozenset(("less", "more", "Less", "More", "LESS", "MORE"))
+_COPY_BULLET = re.compile(r"[•·▪◦‣*\-]\s+")
+_COPY_TOGGLE = re.compile(r"(?<=[.!?\"”’)])(?<!\.\.\.)\s+(?:show\s+|read\s+)?(?:less|more)$", re.I)  # not "... more"
+# A sentence end followed by a bracketed credit: "... in Littleton, Colo. (AP Photo/David Zalubowski)".
+_CREDIT_END = re.compile(r"[.!?]\s*\([^()]{1,80}\)$")
+
+
+def _copy_key(line: str) -> str:
+    """The text a rendering copy of `line` shares with it: stripped, without a leading bullet or a trailing toggle."""
+    key = line.strip()
+    if key[:1] in _COPY_BULLETS and (bullet := _COPY_BULLET.match(key)):
+        key = key[bullet.end():]
+    if key[-4:].lower() in _COPY_TOGGLES and (toggle := _COPY_TOGGLE.search(key, max(0, len(key) - 24))):
+        key = key[:toggle.start()]
+    return key
+
+
+def _ends_sentence(key: str) -> bool:
+    """`key` ends a sentence, perhaps followed by a bracketed credit."""
+    return _ends_with_terminal(key) or (key[-1] == ")" and _CREDIT_END.search(key, max(0, len(key) - 84)) is not None)
 
 
 def _truncated_copies(keys: list[str], min_chars: int) -> set[int]:
@@ -201,9 +254,9 @@ def join_without(lines: list[str], drop: set[int]) -> str:
 
 
 def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False,
-                    rendering_max_copies: int = 0, ad_lines: bool = False) -> tuple[str, dict[str, int]]:
+                    rendering_max_copies: int = 0, label_lines: bool = False) -> tuple[str, dict[str, int]]:
     """The text the quality rules judge, and the lines each step removed (the quality stage's
-    `boilerplate_model_lines`, `boilerplate_lines`, `ad_label_lines`, `link_list_lines` and
+    `boilerplate_model_lines`, `boilerplate_lines`, `label_lines`, `link_list_lines` and
     `rendering_copy_lines` scores)."""
     removed = {}
     if model_lines:
@@ -212,8 +265,8 @@ def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bo
         text, removed["boilerplate_model_lines"] = remove_context_boilerplate(text)
     if c4_lines:
         text, removed["boilerplate_lines"] = remove_boilerplate_lines(text)
-    if ad_lines:
-        text, removed["ad_label_lines"] = remove_ad_label_lines(text)
+    if label_lines:
+        text, removed["label_lines"] = remove_label_lines(text)
     if link_lines:
         text, removed["link_list_lines"] = remove_link_list_lines(text)
     if rendering_max_copies >= 2:

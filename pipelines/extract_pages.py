@@ -63,7 +63,7 @@ class TextBranchSteps:
         quality = self.cfg["quality"]
         text, _ = clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
                                   quality["boilerplate_model"], quality["rendering_max_copies"],
-                                  quality["ad_label_lines"])
+                                  quality["label_lines"])
         return text, None
 
     def count_templates(self, pages: Iterator[dict]) -> None:

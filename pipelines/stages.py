@@ -316,7 +316,7 @@ class ApplyQualityRules(DocumentStep):
 
         config = self.rules.config
         text, values = clean_for_rules(doc["text"], config.c4_line_filter, config.link_list_lines,
-                                       config.boilerplate_model, config.rendering_max_copies, config.ad_label_lines)
+                                       config.boilerplate_model, config.rendering_max_copies, config.label_lines)
         for step, removed in values.items():  # the report's table of line steps (as template_lines counts)
             if removed:
                 self.count(f"{step}/lines_removed", removed)

@@ -206,7 +206,7 @@ def test_the_line_steps_counters_add_up_the_documents_scores_and_the_report_list
     removed, changed = Counter(), Counter()
     for row in reached:
         for key, n in dict(row["scores"] or ()).items():
-            if key in ("boilerplate_lines", "ad_label_lines", "link_list_lines", "rendering_copy_lines", "boilerplate_model_lines") and n:
+            if key in ("boilerplate_lines", "label_lines", "link_list_lines", "rendering_copy_lines", "boilerplate_model_lines") and n:
                 removed[key] += int(n)
                 changed[key] += 1
     assert removed and {k: extra[f"{k}/lines_removed"] for k in removed} == dict(removed)

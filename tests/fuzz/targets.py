@@ -367,7 +367,7 @@ def text_rules(data: bytes) -> None:
     lang = TEXT_LANGS[data[0] % len(TEXT_LANGS)] if data else ""
     text = data[1:].decode("utf-8", "replace")
     cleaned, removed = clean_for_rules(text, config.c4_line_filter, config.link_list_lines, True,
-                                       config.rendering_max_copies, config.ad_label_lines)
+                                       config.rendering_max_copies, config.label_lines)
     _check(isinstance(cleaned, str), "text_not_str", type(cleaned).__name__)
     _check(all(isinstance(n, int) and n >= 0 for n in removed.values()), "bad_count", repr(removed))
     have = {line.strip() for line in text.split("\n")}
