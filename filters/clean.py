@@ -200,9 +200,9 @@ _COPY_TOGGLE = re.compile(r"(?<=[.!?\"”’)])(?<!\.\.\.)\s+(?:show\s+|read\s+)
 _CREDIT_END = re.compile(r"[.!?]\s*\([^()]{1,80}\)$")
 
 
-def _copy_key(line: str) -> str:
-    """The text a rendering copy of `line` shares with it: stripped, without a leading bullet or a trailing toggle."""
-    key = line.strip()
+def _copy_key(key: str) -> str:
+    """The text a rendering copy of the stripped line `key` shares with it: without a leading bullet or a
+    trailing toggle."""
     if key[:1] in _COPY_BULLETS and (bullet := _COPY_BULLET.match(key)):
         key = key[bullet.end():]
     if key[-4:].lower() in _COPY_TOGGLES and (toggle := _COPY_TOGGLE.search(key, max(0, len(key) - 24))):
