@@ -8,8 +8,11 @@ under each stage/reason; `human_by_source`: human pages and kept per label sourc
 are the ones filters/models/boilerplate_lines.json is fitted on); `rule_costs`: per quality rule, the
 judged pages of each category that fail it and those it alone drops (every rule's cost in good pages
 and what it catches that no other rule does); with --baseline, `vs_baseline`: per
-category the pages kept here but not in the baseline run and the reverse, with their fates in both. Pages
-are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
+category the pages kept here but not in the baseline run and the reverse, with their fates in both; with
+--losses CATEGORY (human, say), `losses`: every page of that category the run did not keep, with its
+label source and template, its fate, the drop's detail (for a quality drop, every rule it fails), the
+words of the text it was dropped with and that text's first 300 characters (the whole text is in the
+run's dropped/ folder). Pages are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
 
 The text branch alone (what the issue figures use), e.g. with the boilerplate model on and off:
 
@@ -123,11 +126,28 @@ def rule_costs(run, labels):
             "rules": {reason: {cat: dict(c) for cat, c in sorted(cats.items())} for reason, cats in sorted(table.items())}}
 
 
+def losses(run, labels, category, kept):
+    """The pages of `category` the run did not keep, in label order: what a reader goes through to see why."""
+    rows = {r["id"]: r for r in load(os.path.join(run, "dropped/*/*.parquet"), ["id", "stage", "reason", "detail", "text"])}
+    out = []
+    for lab in labels:
+        did = xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
+        if lab["category"] != category or did in kept:
+            continue
+        row = rows.get(did)
+        text = (row or {}).get("text") or ""
+        out.append({"url": lab["url"], "source": lab["source"], "template": lab.get("template"),
+                    "fate": f"{row['stage']}:{row['reason']}" if row else "missing",
+                    "detail": (row or {}).get("detail") or "", "words": len(text.split()), "text_head": text[:300]})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--labels", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--baseline", help="another run of the same input: pages whose fate differs, per category")
+    ap.add_argument("--losses", metavar="CATEGORY", help="list every page of this label category not kept (human, say)")
     args = ap.parse_args()
     labels = [json.loads(line) for line in open(args.labels)]
     kept, dropped = fates(args.run)
@@ -163,7 +183,9 @@ def main():
         report["vs_baseline"] = {cat: {"gained": len(d["gained"]), "lost": len(d["lost"]),
                                        "pages_gained": d["gained"], "pages_lost": d["lost"]}
                                  for cat, d in sorted(diff.items())}
-    print(json.dumps(report, indent=1))
+    if args.losses:
+        report["losses"] = losses(args.run, labels, args.losses, kept)
+    print(json.dumps(report, indent=1, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ import math
 import re
 from collections import Counter
 from functools import lru_cache
+from operator import mul
 from pathlib import Path
 
 from filters.clean import join_without
@@ -184,8 +185,8 @@ class LineModel:
 
     def scores(self, features: list[list[float] | None]) -> list[float]:
         """Each line's logit (inf for a line without features: kept)."""
-        w, b = self.weights, self.bias
-        return [math.inf if f is None else b + sum(x * y for x, y in zip(w, f)) for f in features]
+        w, b = self.weights, self.bias  # sum(map(mul)): the same additions in the same order, half the time
+        return [math.inf if f is None else b + sum(map(mul, w, f)) for f in features]
 
 
 @lru_cache(maxsize=4)

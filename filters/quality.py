@@ -99,25 +99,31 @@ _CJK = (
 )
 
 
+def _char_class(member) -> str:
+    """A regex character class body of the BMP characters for which ``member(ch)`` holds, as ranges."""
+    ranges: list[list[int]] = []
+    for cp in range(0x10000):
+        if member(chr(cp)):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
 def _mark_class() -> str:
     """Combining marks (Mn/Mc/Me) + ZWNJ/ZWJ, which stdlib ``\\w`` does not match.
 
     Without them Devanagari, Thai, Bengali, ... words (and NFD-normalised Latin) would be
     cut at every vowel sign.  BMP only (see above); built once at import (~8 ms).
     """
-    ranges: list[list[int]] = []
-    for cp in range(0x10000):
-        ch = chr(cp)
-        if unicodedata.category(ch)[0] == "M" and not ch.isalnum():
-            if ranges and ranges[-1][1] == cp - 1:
-                ranges[-1][1] = cp
-            else:
-                ranges.append([cp, cp])
-    ranges.append([0x200C, 0x200D])
-    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in ranges)
+    return _char_class(lambda ch: unicodedata.category(ch)[0] == "M" and not ch.isalnum()) + "\u200c\u200d"
 
 
 _MARKS = _mark_class()
+# Characters of a word that are not alphabetic: digits (Nd) and the other numbers \w matches ("½", "²", "①",
+# "Ⅻ"), which Gopher's "contains an alphabetic character" does not count either.
+_NUMBERS = _char_class(lambda ch: ch.isalnum() and not ch.isalpha())
 _LETTER = rf"[^\W_{_CJK}]"  # letter/digit of a space-delimited script (not Han/Kana)
 _STEM = rf"{_LETTER}+(?:[{_MARKS}]+{_LETTER}*)*"
 # Digits joined by a separator stay one word ("6,680.69", "1.86", "10:30am", "2019/05/28", "3.5mm"), as a
@@ -134,9 +140,9 @@ _BRACKETED_CJK_RE = re.compile(rf"[【\[（(「『〔〈《]\s?[{_CJK}]\s?[】\]
 # is a token for the alphabetic-word rule only (see _count_symbol_tokens).
 _SYMBOL_TOKEN_RE = re.compile(r"\s[^\w\s]+(?!\S)")
 _SYMBOL_TOKEN_AT_START_RE = re.compile(r"[^\w\s]+(?!\S)")
-# A word token (as produced by _WORD_RE) with no alphabetic character: digits, perhaps with separators.
-_NON_ALPHA_WORD_RE = re.compile(rf"[\d'’\-.,:/{_MARKS}]+")
-_DIGIT_RE = re.compile(r"\d")
+# A word token (as produced by _WORD_RE) with no alphabetic character: numbers, perhaps with separators.
+_NON_ALPHA_WORD_RE = re.compile(rf"[{_NUMBERS}'’\-.,:/{_MARKS}]+")
+_NUMBER_RE = re.compile(rf"[{_NUMBERS}]")
 
 _HANGUL_SYLLABLES_RE = re.compile("[\uac00-\ud7a3]+")
 # East-Asian wide / full-width characters (count double for the short-line rule).
@@ -933,12 +939,12 @@ class QualityFilter:
         word_chars = sum(map(len, words))
         if self.config.gopher_hangul_length_in_jamo and _HANGUL_SYLLABLES_RE.search(text):
             word_chars += _hangul_extra_jamo(text)
-        # a word without any letter starts with a digit (see tokenize)
+        # a word without any letter starts with a number (see tokenize)
         n_non_alpha = 0
-        if _DIGIT_RE.search(text):
+        if _NUMBER_RE.search(text):
             n_non_alpha = sum(
                 1 for w in words
-                if w[0].isdecimal() and (w.isdecimal() or _NON_ALPHA_WORD_RE.fullmatch(w))
+                if not w[0].isalpha() and (w.isdecimal() or _NON_ALPHA_WORD_RE.fullmatch(w))
             )
         n_hash = text.count("#") + text.count("＃")
         n_ellipsis = (

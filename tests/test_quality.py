@@ -239,6 +239,18 @@ def test_digits_joined_by_a_separator_are_one_word_as_a_whitespace_split_makes_t
     assert values["gopher_word_count"] == 31 and values["gopher_alpha_word_ratio"] == pytest.approx(23 / 31)
 
 
+def test_numbers_that_are_not_digits_are_not_alphabetic_words():
+    """Vulgar fractions, superscripts, circled and Roman numerals are numbers as digits are (str.isalpha is
+    False for them; \\w matches them), so a word of them alone has no alphabetic character; a word with a
+    letter in it still does. Devanagari digits are digits; Han numerals are Han characters (alphabetic)."""
+    rules = QualityFilter(QualityConfig())
+    recipe = "Add ½ cup of sugar, 3½ cups of flour and ¼ of the butter"  # 14 words, 3 numbers
+    assert rules(recipe, "en")[1]["gopher_alpha_word_ratio"] == pytest.approx(11 / 14)
+    assert rules("x² plus ① or Ⅻ", "en")[1]["gopher_alpha_word_ratio"] == pytest.approx(3 / 5)  # ① and Ⅻ
+    assert rules("२०२३ में", "hi")[1]["gopher_alpha_word_ratio"] == pytest.approx(1 / 2)
+    assert rules("一二三", "zh")[1]["gopher_alpha_word_ratio"] == 1.0
+
+
 def test_normalize_lang():
     assert [normalize_lang(x) for x in ("zh-Hans", "zh_TW", "__label__ja", "cmn_Hani", "EN-us", "deu", None)] == [
         "zh", "zh", "ja", "zh", "en", "de", "",
