@@ -134,11 +134,11 @@ def losses(run, labels, category, kept):
         did = xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
         if lab["category"] != category or did in kept:
             continue
-        row = rows.get(did)
-        text = (row or {}).get("text") or ""
+        row = rows.get(did) or {}
+        text = row.get("text") or ""
         out.append({"url": lab["url"], "source": lab["source"], "template": lab.get("template"),
                     "fate": f"{row['stage']}:{row['reason']}" if row else "missing",
-                    "detail": (row or {}).get("detail") or "", "words": len(text.split()), "text_head": text[:300]})
+                    "detail": row.get("detail") or "", "words": len(text.split()), "text_head": text[:300]})
     return out
 
 
