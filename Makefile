@@ -37,7 +37,7 @@ test: setup browser
 # build/fuzz/artifacts/<target>/. Fails if any target crashed or reported nothing.
 FUZZ_SECONDS ?= 600
 FUZZ_JOBS ?= 2
-FUZZ_TARGETS ?= warc_records warc_raw charset html image text_rules
+FUZZ_TARGETS ?= warc_records warc_raw charset html image text_rules interleaved image_refs pdf
 
 fuzz: setup
 	mkdir -p build/fuzz

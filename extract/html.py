@@ -11,7 +11,7 @@ mojibake, or lossy UTF-8 with too many replacement characters, is dropped as "un
 
 Extraction uses resiliparse's main-content extractor by default (Bevendorff et al. 2018, the
 extractor behind ChatNoir and FineWeb-2 comparisons) or trafilatura (Barbaresi 2021) as an option, each
-document under a wall-clock guard and a size cap.
+document under a hard deadline and a size cap (extract/sandbox.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import re
 from dataclasses import dataclass
 
 from resiliparse.parse.encoding import detect_encoding, map_encoding_to_html5
-
-from extract.guard import DocumentTimeout, watchdog
 
 META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_:.\-]{1,40})""", re.I)
 # A few undecodable bytes are normal on the web; beyond this share the text is garbage.
@@ -475,13 +473,14 @@ def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 
     (sandbox.on_one_cpu; the text is the same).
 
     Two paths (extract/sandbox.py has the details):
-    - in process, under the watchdog, for pages with <= 256 '<' and <= 16k characters when the limit
-      is >= 500 ms: the slowest page of an adversarial battery at those bounds takes ~60 ms, so the
-      watchdog (delivered at the next bytecode, after the native call) is late by at most that;
+    - in process for pages with <= 256 '<' and <= 16k characters when the limit is >= 500 ms: the
+      slowest page of an adversarial battery at those bounds takes ~60 ms, so the size check is the
+      bound (nothing interrupts the library: an exception raised into native code that calls back into
+      Python becomes a panic); a library's panic on the page is "extract_error";
     - every other page in a persistent child process, SIGKILLed at the deadline
       ("extract_timeout", ">N ms (killed)"; a child that dies: "extract_error", "extractor process
       died: signal N"); the next page gets a fresh child.
-    The watchdog alone cannot bound resiliparse's C++, whose cost grows about quadratically: nested
+    Nothing in process could bound resiliparse's C++, whose cost grows about quadratically: nested
     <div> 1k/2k/4k/8k/16k/32k deep took 0.03/0.10/0.42/1.6/6.1/27 s (100k: ~711 s in the bug
     report), 1,000 misnested <b> then 1,000 <p> (18 kB) 3.5 s. On mixed-dev.warc.gz 85.6% of the
     1,692 HTML pages stay in process; the other 14.4% are 56% of the extraction time and 39 of 45 MB,
@@ -497,15 +496,16 @@ def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 
         except sandbox.SandboxError as err:
             raise ExtractionError(err.reason, err.detail) from None
     try:
-        with watchdog().limit(timeout_ms / 1000):
-            return sandbox.run_engine(html, engine)
-    except DocumentTimeout:
-        raise ExtractionError("extract_timeout", f">{timeout_ms} ms") from None
+        return sandbox.run_engine(html, engine)
     except TypeError:  # resiliparse refuses a str holding lone surrogates: extract it with them as '?'
         clean = html.encode("utf-8", "replace").decode("utf-8")
         if clean == html:
             raise
         return extract_main_text(clean, engine, timeout_ms)
+    except BaseException as err:
+        if sandbox.is_panic(err):
+            raise ExtractionError("extract_error", repr(err)[:300]) from None
+        raise
 
 
 def page_html(page: dict, max_bytes: int) -> tuple[str | None, str]:
@@ -519,6 +519,12 @@ def page_html(page: dict, max_bytes: int) -> tuple[str | None, str]:
         try:
             html = decode_html(payload, page.get("http_charset") or "").text
         except ExtractionError:
+            return None, "undecodable"
+        except BaseException as err:  # the charset detector (Rust) panicked on these bytes
+            from extract.sandbox import is_panic
+
+            if not is_panic(err):
+                raise
             return None, "undecodable"
     if len(html) > max_bytes:
         return None, "too_large"

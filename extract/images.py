@@ -80,12 +80,14 @@ GENERIC_ALT = {
 GENERIC_STRIP = re.compile(r"[\W_]+", re.U)
 GENERIC_NUMBERED = re.compile(r"^(.*?)[\s#_-]*\d+$")
 NOAI = re.compile(r"\bno(?:image)?ai\b", re.I)
-META_ROBOTS = re.compile(r"""<meta\b[^>]*\bname\s*=\s*["']?robots\b[^>]*>""", re.I)
+META_START = re.compile(r"<meta\b", re.I)
+META_ROBOTS = re.compile(r"""\bname\s*=\s*["']?robots\b""", re.I)  # in one <meta ...> tag
 META_CONTENT = re.compile(r"""\bcontent\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.I)
 DEFAULT_PORTS = {"http": 80, "https": 443}
 URL_SAFE = "/%:@!$&'()*+,;=~-._"
 # Image placeholders in the extracted text (Unicode private-use characters).
 MARKER = re.compile("\ue000(\\d+)\ue001")
+MARKER_START = "\ue000"
 # An <img> element comes from an `img` start tag or an `image` one, which the HTML parser renames
 # (WHATWG HTML, 13.2.6.4.7 "in body": 'A start tag whose tag name is "image"'); resiliparse does.
 IMG_START_TAG = re.compile(r"<im(?:g|age)\b", re.I)
@@ -106,6 +108,11 @@ class ImageRef:
     position: int
     context_before: str
     context_after: str
+
+    def row(self) -> tuple:
+        """The fields in order, `ImageRef(*row)` gives the ref back: how a ref leaves a child process."""
+        return (self.page_url, self.url, self.alt, self.width, self.height, self.position, self.context_before,
+                self.context_after)
 
 
 def _dimension(value: str | None) -> int | None:
@@ -211,13 +218,16 @@ def _context(text: str, offset: int, chars: int) -> tuple[str, str]:
     return before, after
 
 
-def _picture_sources(img) -> list[str]:
-    """srcset values of the <source> siblings when the img sits in a <picture>."""
+def _picture_sources(img, memo: dict) -> list[str]:
+    """srcset values of the <source> children of the <picture> the img sits in (none if it sits in none),
+    read once per <picture> (`memo`: picture -> its values), however many images it holds."""
     parent = img.parent
     if parent is None or parent.tag != "picture":
         return []
-    return [s.getattr("srcset") or s.getattr("data-srcset") or ""
-            for s in parent.query_selector_all("source") if s.parent == parent]
+    if parent not in memo:
+        memo[parent] = [s.getattr("srcset") or s.getattr("data-srcset") or ""
+                        for s in parent.children.values() if s.tag == "source"]
+    return memo[parent]
 
 
 def image_refs(tree: HTMLTree, imgs: list, page_url: str) -> list[ImageRef]:
@@ -227,15 +237,21 @@ def image_refs(tree: HTMLTree, imgs: list, page_url: str) -> list[ImageRef]:
     base_el = tree.document.query_selector("base[href]")
     if base_el is not None:
         base = _resolve(page_url, (base_el.getattr("href") or "").strip()) or page_url
-    refs = []
+    refs, pictures = [], {}
     for position, img in enumerate(imgs):
         alt = img.getattr("alt")
         refs.append(ImageRef(
-            page_url=page_url, url=_resolve(base, _choose_src(img, _picture_sources(img))),
+            page_url=page_url, url=_resolve(base, _choose_src(img, _picture_sources(img, pictures))),
             alt=_collapse(alt) if alt is not None else None,
             width=_dimension(img.getattr("width")), height=_dimension(img.getattr("height")),
             position=position, context_before="", context_after=""))
     return refs
+
+
+def without_marker_lookalikes(html: str) -> str:
+    """`html` with the marker's first character (private use, no meaning on a page) as U+FFFD, so that
+    text on the page cannot pass for an image's marker and move it."""
+    return html.replace(MARKER_START, "\ufffd") if MARKER_START in html else html
 
 
 def may_hold_images(html: str) -> bool:
@@ -250,8 +266,8 @@ def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[I
     block structure kept), so the text around the marker is what a reader sees around the image."""
     if not may_hold_images(html):
         return []
-    tree = HTMLTree.parse(html)
-    imgs = list(tree.document.query_selector_all("img"))
+    tree = HTMLTree.parse(without_marker_lookalikes(html))
+    imgs = tree.document.get_elements_by_tag_name("img").values()  # a list: indexing the collection is O(n)
     refs = image_refs(tree, imgs, page_url)
     for position, img in enumerate(imgs):
         img.parent.insert_before(tree.create_text_node(f" \ue000{position}\ue001 "), img)
@@ -267,18 +283,45 @@ def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[I
             length += len(piece)
     text = "".join(parts)
     for position, offset in offsets.items():
-        if position < len(refs):  # a marker look-alike in the page itself is ignored
+        if position < len(refs):
             refs[position].context_before, refs[position].context_after = _context(text, offset, context_chars)
     return refs
 
 
+def image_ref_rows(html: str, page_url: str, context_chars: int) -> list[tuple]:
+    """extract_images as plain rows (the page step "image_refs" of extract/sandbox.py)."""
+    return [ref.row() for ref in extract_images(html, page_url, context_chars)]
+
+
+def extract_images_bounded(html: str, page_url: str, context_chars: int, timeout_ms: float) -> list[ImageRef]:
+    """extract_images within `timeout_ms`, native code included (extract/sandbox.py run_page_step: a page
+    that may run long goes to a child process killed at the deadline): the refs, or SandboxError
+    ("page_timeout" or "page_error", the detail naming the step)."""
+    if not may_hold_images(html):
+        return []
+    from extract import sandbox
+
+    rows = sandbox.run_page_step("image_refs", html, (page_url, context_chars), timeout_ms)
+    return [ImageRef(*row) for row in rows]
+
+
 def page_disallows_ai(html: str) -> bool:
     """`<meta name="robots" content="noai, noimageai">` (the DeviantArt / Spawning opt-out): the page's
-    images are not to be used for AI training."""
-    for tag in META_ROBOTS.finditer(html[:200_000]):
-        m = META_CONTENT.search(tag.group(0))
-        if m and NOAI.search(next(g for g in m.groups() if g is not None)):
-            return True
+    images are not to be used for AI training. One pass over the page's first 200,000 characters: each
+    `<meta` tag is read up to its `>` and the scan goes on after it (a regex over the whole tag,
+    retried at every `<meta` of a page whose tags never close, was quadratic)."""
+    head = html[:200_000]
+    pos = 0
+    while (m := META_START.search(head, pos)) is not None:
+        end = head.find(">", m.end())
+        if end < 0:
+            return False
+        tag = head[m.start():end + 1]
+        pos = end + 1
+        if META_ROBOTS.search(tag):
+            content = META_CONTENT.search(tag)
+            if content and NOAI.search(next(g for g in content.groups() if g is not None)):
+                return True
     return False
 
 

@@ -4,14 +4,14 @@ OBELICS (Laurençon et al. 2023, sec. 3.2 and its `simplification`/`linearizatio
 DOM, then walks it, cutting the text where an image sits. We do the same walk with three differences
 the interleaved branch needs:
 - `<figure>`/`<figcaption>`, list items and table cells are kept as text (OBELICS's released code drops
-  figure captions; resiliparse's plain-text extractor drops `<figure>` entirely), and an image inside a
-  `<figure>` carries that figure's caption, the candidate caption when its document is recycled into
-  pairs;
+  figure captions), and an image inside a `<figure>` carries that figure's caption, the candidate
+  caption when its document is recycled into pairs;
 - page chrome is cut by element, not by text statistics: `nav`, `header`, `footer`, forms,
   scripts, hidden elements (`hidden`, `aria-hidden="true"`, inline `display:none`); the images inside
   them come back as `chrome_images`, so every `<img>` of the page is accounted for;
 - the text itself comes from resiliparse's plain-text extractor in one native call, with a marker where
-  each image was, so the Python work per page is per image and figure, not per DOM node.
+  each image was, so the Python work per page is per image and figure, not per DOM node, and linear in
+  the page (`linearise`).
 
 Images are the pairs branch's `ImageRef`s (extract/images.py: `<picture>`/`srcset`/lazy-loading URL
 choice, `<base href>`, canonical URLs), so the same URL rules (`check_image_ref`) apply to both.
@@ -23,14 +23,15 @@ import re
 from dataclasses import dataclass, field
 
 from resiliparse.extract.html2text import extract_plain_text
-from resiliparse.parse.html import HTMLTree
+from resiliparse.parse.html import ELEMENT, HTMLTree
 
-from extract.images import MARKER, ImageRef, image_refs
+from extract.images import MARKER, ImageRef, image_refs, without_marker_lookalikes
 
 # Subtrees that are page chrome, code or controls, not content.
-# (script, style, noscript and template the extractor skips by itself.)
+# (script, style, noscript and template the extractor skips by itself; `area` is the one element besides
+# `img` whose alt text it renders.)
 CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "iframe", "object", "embed", "canvas",
-          "svg", "audio", "video", "map", "dialog")
+          "svg", "audio", "video", "map", "area", "dialog")
 HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
 HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 CELL_GAP = re.compile(r"\t+")
@@ -103,40 +104,32 @@ def _bullets_as_dashes(text: str) -> str:
 
 
 def linearise(html: str, page_url: str) -> Linearised:
-    """The page's content as text and image nodes in DOM order, and the images outside it. The DOM is
-    simplified in place (chrome and hidden subtrees removed, `<figure>` and `<figcaption>` made
-    `<div>`s: resiliparse's extractor drops both), each `<img>` replaced by a marker, and the text extracted in one native
-    call (resiliparse, block structure kept); the markers cut it into nodes. A marker that does not come
-    out (its image was in removed chrome) makes that image a chrome image."""
-    tree = HTMLTree.parse(html)
-    document = tree.document  # elements by tag name (a plain walk) where a tag is all a selector says:
-    # this function took 0.90 ms a page on mixed-dev with CSS queries, 0.84 ms so
-    imgs = list(document.get_elements_by_tag_name("img"))
+    """The page's content as text and image nodes in DOM order, and the images outside it. Chrome and
+    hidden subtrees are removed, each `<img>`'s alt is replaced by a marker, and the text extracted in
+    one native call (resiliparse, block structure and alt texts kept: with alt texts off it drops every
+    `<figure>` whole); the markers cut it into nodes. A marker that does not come out (its image was in
+    removed chrome) makes that image a chrome image.
+
+    Linear in the page's nodes: elements are fetched by tag as lists (`values()`: indexing one of
+    resiliparse's collections walks it from the start, so iterating one is quadratic), the figure an
+    image sits in is found by walking up with a memo (each element climbed once), and the tree is edited
+    by attribute and subtree removal only (inserting a node costs resiliparse a walk up to the root).
+    Resiliparse's extraction is not linear in the nesting depth: callers bound it with a deadline
+    (`linearise_bounded`)."""
+    tree = HTMLTree.parse(without_marker_lookalikes(html))
+    document = tree.document
+    imgs = document.get_elements_by_tag_name("img").values()
     refs = image_refs(tree, imgs, page_url)
-    captions = {}
-    for position, img in enumerate(imgs):
-        img.setattr("data-curate-position", str(position))
-    figures = list(document.get_elements_by_tag_name("figure"))
-    for figure in figures:
-        caption = next(iter(figure.get_elements_by_tag_name("figcaption")), None)
-        text = SPACES.sub(" ", caption.text).strip() if caption is not None else ""
-        for img in figure.get_elements_by_tag_name("img"):
-            captions.setdefault(int(img.getattr("data-curate-position")), text)  # the innermost figure's
-    # each element's children move into a div of its own, so the order they are replaced in is immaterial
-    for el in figures + list(document.get_elements_by_tag_name("figcaption")):
-        div = tree.create_element("div")
-        for child in list(el.child_nodes):
-            div.append_child(child)
-        el.parent.replace_child(div, el)
-    chrome = [el for tag in CHROME for el in document.get_elements_by_tag_name(tag)]
-    for el in chrome + [el for el in document.query_selector_all(HIDDEN) if _hidden(el)]:
+    captions = _captions(imgs, document.get_elements_by_tag_name("figure").values(),
+                         document.get_elements_by_tag_name("figcaption").values())
+    chrome = [el for tag in CHROME for el in document.get_elements_by_tag_name(tag).values()]
+    for el in chrome + [el for el in document.query_selector_all(HIDDEN).values() if _hidden(el)]:
         if el.parent is not None:  # not inside a subtree already removed
             el.decompose()
     for position, img in enumerate(imgs):
-        if img.parent is not None:
-            img.parent.replace_child(tree.create_text_node(f"\n\ue000{position}\ue001\n"), img)
+        img.setattr("alt", f"\n\ue000{position}\ue001\n")
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=True,
-                              alt_texts=False, links=False, form_fields=False, noscript=False, comments=False)
+                              alt_texts=True, links=False, form_fields=False, noscript=False, comments=False)
     out, seen = Linearised(), set()
     pieces = MARKER.split(text)  # text, position, text, position, ..., text
     for i, piece in enumerate(pieces):
@@ -146,11 +139,81 @@ def linearise(html: str, page_url: str) -> Linearised:
                 out.nodes.append(Node("text", block))
             continue
         position = int(piece)
-        if position < len(refs) and position not in seen:  # a marker look-alike in the page is text
+        if position not in seen:  # markers are only ours (without_marker_lookalikes), each once
             seen.add(position)
             out.nodes.append(Node("image", image=refs[position], caption=captions.get(position, "")))
     out.chrome_images = [r for r in refs if r.position not in seen]
     return out
+
+
+def linearise_rows(html: str, page_url: str) -> tuple[list[tuple], list[tuple]]:
+    """linearise as plain rows (the page step "linearise" of extract/sandbox.py): (type, text, image
+    row or None, caption) per node, and the chrome images' rows."""
+    doc = linearise(html, page_url)
+    return ([(n.type, n.text, n.image.row() if n.image is not None else None, n.caption) for n in doc.nodes],
+            [ref.row() for ref in doc.chrome_images])
+
+
+def linearise_bounded(html: str, page_url: str, timeout_ms: float) -> Linearised:
+    """linearise within `timeout_ms`, native code included (extract/sandbox.py run_page_step: a page that
+    may run long goes to a child process killed at the deadline): the document, or SandboxError
+    ("page_timeout" or "page_error", the detail naming the step)."""
+    from extract import sandbox
+
+    nodes, chrome = sandbox.run_page_step("linearise", html, (page_url,), timeout_ms)
+    return Linearised([Node(kind, text, ImageRef(*ref) if ref is not None else None, caption)
+                       for kind, text, ref, caption in nodes], [ImageRef(*ref) for ref in chrome])
+
+
+def _captions(imgs: list, figures: list, figcaptions: list) -> dict[int, str]:
+    """{img position: the caption of the innermost <figure> it sits in}. A figure's caption is the
+    text of its first <figcaption> (in document order) that belongs to it (no other figure in between)
+    and holds no figure itself: a caption is text about the figure, and so the captions whose text is
+    read never nest, which keeps reading them linear in the page (a figcaption holding figure after
+    figure, nested, would be read once per figure)."""
+    if not figures:
+        return {}
+    figure_of: dict = {}  # element -> the nearest <figure> above it (None: none), filled as walked
+    image_figures = {}
+    for position, img in enumerate(imgs):
+        figure = _nearest_figure(img, figure_of)
+        if figure is not None:
+            image_figures[position] = figure
+    above_figure: set = set()  # elements with a figure below them
+    for figure in figures:
+        node = figure.parent
+        while node is not None and node.type == ELEMENT and node not in above_figure:
+            above_figure.add(node)
+            node = node.parent
+    wanted, caption_of = set(image_figures.values()), {}
+    for figcaption in figcaptions:
+        if figcaption in above_figure:
+            continue
+        figure = _nearest_figure(figcaption, figure_of)
+        if figure in wanted and figure not in caption_of:
+            caption_of[figure] = SPACES.sub(" ", figcaption.text).strip()
+    return {position: caption_of.get(figure, "") for position, figure in image_figures.items()}
+
+
+def _nearest_figure(node, figure_of: dict):
+    """The nearest <figure> above `node`, or None; every element climbed past is memoised in
+    `figure_of` with the same answer, so all calls together climb each element once."""
+    path = []
+    while node not in figure_of:
+        path.append(node)
+        parent = node.parent
+        if parent is None or parent.type != ELEMENT:
+            found = None
+            break
+        if parent.tag == "figure":
+            found = parent
+            break
+        node = parent
+    else:
+        found = figure_of[node]
+    for climbed in path:
+        figure_of[climbed] = found
+    return found
 
 
 def recycle_candidates(doc: dict, recycled_from: str) -> list[dict]:

@@ -1,9 +1,12 @@
-"""A hard per-document deadline for native code: HTML extraction and PDF parsing in child processes
-killed at it.
+"""A hard per-document deadline for native code: HTML extraction, the DOM walks of the pairs and
+interleaved branches (page steps) and PDF parsing in child processes killed at it.
 
-Why: guard.py's watchdog raises an async exception that CPython delivers at the next bytecode, so it
-cannot stop resiliparse's C++ (or lexbor's parser, or PDFium) once it is running, and their cost is
-not linear: a 1.1 MB page of 100k nested <div> held a worker for ~711 s under a 5 s limit. This module
+Why: nothing inside the worker can stop resiliparse's native code (or lexbor's parser, or PDFium) once
+it is running, and their cost is not linear: a 1.1 MB page of 100k nested <div> held a worker for ~711 s
+under a 5 s limit. An async exception (CPython's PyThreadState_SetAsyncExc, what resiliparse's own
+TimeGuard raises) waits for the next bytecode, and where the native code calls back into Python (a
+resiliparse node wrapper is cached in a WeakValueDictionary) it surfaces inside the library, which
+panics: a PanicException that fails the whole Beam bundle. This module
 keeps persistent child processes, one per concurrently working thread and kind of child (a pool,
 usually of one per kind), started lazily on the first document that needs one, and talks to each over
 two pipes. A document gets `timeout_ms` from the moment it is sent; past that the child is SIGKILLed
@@ -13,6 +16,8 @@ charged to any document's deadline). Two kinds of child:
 - HTML (`extract`): main-content text by resiliparse or trafilatura (`run_engine`). Past the deadline:
   `SandboxError("extract_timeout", ">N ms (killed)")`; a child that dies on a page (segfault, OOM
   kill, someone's kill -9): `SandboxError("extract_error", "extractor process died: signal N")`.
+  The same children run the page steps (`run_page_step`, PAGE_STEPS: the pairs' image references,
+  the interleaved linearisation): `page_timeout` and `page_error`, the detail naming the step.
 - PDF (`parse_pdf`): extract.pdf.parse_pdf, imported in the child only (its dict comes back pickled).
   PDFium decodes images and fonts of any declared size, so a PDF child also runs under an
   address-space limit (RLIMIT_AS, set around each document, so HTML children never have one): a
@@ -30,9 +35,9 @@ are the parent's). Nothing here is created before the first sandboxed document, 
 picklable.
 
 Which pages take the HTML path is extract_main_text's decision (extract/html.py, with
-`in_process_is_safe` here): small pages whose worst case is bounded far below the limit stay in
-process, where the watchdog still guards them; the rest come here. `run_engine` is the one extractor
-call both paths make. Every PDF takes the child path.
+`in_process_is_safe` here; run_page_step decides the same way): small pages whose worst case is bounded
+far below the limit by their size stay in process, with nothing to interrupt them; the rest come here.
+`run_engine` is the one extractor call both paths make. Every PDF takes the child path.
 
 Cost (single process, mixed-dev.warc.gz, fresh str per page as decode_html hands them over): a page
 through the child costs ~15-19% more than in process: ~60 us of pipe round trip and wake-ups, and
@@ -61,6 +66,11 @@ import threading
 import time
 
 ENGINES = ("resiliparse", "trafilatura")
+# The page steps besides main-content extraction that walk a page's DOM (op b"S"): "module:function",
+# each taking (html, *args) and returning plain data (tuples, lists, str, int, float, None), which is all
+# that comes back from a child. They run as extraction does (run_page_step): in process for pages
+# in_process_is_safe admits, else in an HTML child killed at the deadline.
+PAGE_STEPS = {"image_refs": "extract.images:image_ref_rows", "linearise": "extract.interleaved:linearise_rows"}
 
 # A page stays in process only if it has at most SAFE_MAX_TAGS '<' and SAFE_MAX_CHARS characters and
 # the limit is at least SAFE_MIN_TIMEOUT_MS. Every element of the DOM comes from a '<' in the source,
@@ -70,24 +80,25 @@ ENGINES = ("resiliparse", "trafilatura")
 # battery at these bounds (tests/test_extract_bound.py::adversarial_pages: nested div/span/table/
 # list/pre/section, misnested <b> that the parser reconstructs, long text and whitespace under deep
 # nesting, CJK, long attributes, scripts, entities...) takes SAFE_WORST_MS with resiliparse 2.0
-# (CJK text under 252 nested <div>, or 126 misnested <b> then 125 <p>; trafilatura: 30 ms, and mostly
-# Python, which the watchdog interrupts anyway), best of 5 on a 2-core dev VM at load ~2. So the
-# watchdog, which may fire only after the native call returns, is late by at most that, and
-# SAFE_MIN_TIMEOUT_MS keeps it under ~1/8 of any limit the in-process path is used for. The worst
-# case grows as tags x text: at 2x both bounds it is 140 ms, at 4x 620 ms. Going from 32k to 16k
-# characters halved the CJK case and moved 0.2% of the dev corpus's pages to the child.
+# (CJK text under 252 nested <div>, or 126 misnested <b> then 125 <p>; trafilatura: 30 ms; the page
+# steps less), best of 5 on a 2-core dev VM at load ~2. So a page in process overruns its limit by at
+# most that, and SAFE_MIN_TIMEOUT_MS keeps it under ~1/8 of any limit the in-process path is used for.
+# The worst case grows as tags x text: at 2x both bounds it is 140 ms, at 4x 620 ms. Going from 32k to
+# 16k characters halved the CJK case and moved 0.2% of the dev corpus's pages to the child.
 SAFE_MAX_TAGS = 256
 SAFE_MAX_CHARS = 16 * 1024
 SAFE_WORST_MS = 60
 SAFE_MIN_TIMEOUT_MS = 500
 
 STARTUP_TIMEOUT_S = 60.0  # start-up and engine (or PDF parser) import of a child, not charged to a document
-# op (b"L" load the engine, or a PDF child's parser; b"X" extract; b"P" parse a PDF), engine index (0
-# for a PDF child), body length
+# op (b"L" load the engine, or a PDF child's parser; b"X" extract; b"S" a page step; b"P" parse a PDF),
+# engine or page step index (0 for a PDF child), body length
 _REQ = struct.Struct("<cBQ")
-# status (b"O" text, or a PDF's pickled result, follows; b"E" error repr follows; b"M" the PDF parser ran
-# out of memory, empty body), body length
+# status (b"O" text, or a pickled result, follows; b"E" error repr (a page step's: its traceback)
+# follows; b"R" a library panicked on the page, its repr follows; b"M" the PDF parser ran out of memory,
+# empty body), body length
 _RESP = struct.Struct("<cQ")
+_STEP_ARGS = struct.Struct("<Q")  # length of the pickled arguments of a page step; they and the page follow
 _PDF_ARGS = struct.Struct("<QQQ")  # memory_mb, max_pages, min_image_side; the PDF's bytes follow
 # The PDF child's parser, "module:function". CURATE_PDF_PARSER replaces it: a test hook (crashing,
 # hanging, allocating parsers in tests/sandbox_targets.py), read only in the child, when it loads it.
@@ -107,6 +118,17 @@ class SandboxError(Exception):
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.detail}"
+
+
+class PageStepError(RuntimeError):
+    """A page step raised in the child: a bug, not a property of the page, so it fails the run (with
+    the child's traceback) instead of costing one document."""
+
+
+def is_panic(err: BaseException) -> bool:
+    """A Rust library's panic (PyO3's PanicException, a BaseException): the library failed on this
+    input, which costs the input, not the run."""
+    return type(err).__name__ == "PanicException"
 
 
 def in_process_is_safe(html: str, timeout_ms: float) -> bool:
@@ -150,6 +172,24 @@ def extract(html: str, engine: str, timeout_ms: float, utf8: bytes | None = None
     return _pool().extract(html, engine, timeout_ms, utf8, one_cpu)
 
 
+def run_page_step(step: str, html: str, args: tuple, timeout_ms: float, utf8: bytes | None = None):
+    """PAGE_STEPS[step](html, *args) within `timeout_ms`: in process where in_process_is_safe admits the
+    page (its worst case is bounded by its size, so nothing needs interrupting; no async exception is
+    ever raised into the library), else in an HTML child, on one CPU with the calling thread. Both
+    paths give the same plain data. SandboxError:
+    - "page_timeout", "<step>: >N ms (killed)": the deadline passed (the child is killed);
+    - "page_error", "<step>: ...": the library panicked on the page, or the child died (a signal).
+    An exception the step raises is a bug: PageStepError, with the child's traceback."""
+    if in_process_is_safe(html, timeout_ms):
+        try:
+            return _step_function(step)(_encodable(html), *args)
+        except BaseException as err:
+            if is_panic(err):
+                raise SandboxError("page_error", f"{step}: {err!r}"[:300]) from None
+            raise
+    return _pool().page_step(step, html, args, timeout_ms, utf8)
+
+
 def parse_pdf(data: bytes, timeout_ms: float, memory_mb: int, max_pages: int, min_image_side: int) -> dict:
     """extract.pdf.parse_pdf(data, max_pages, min_image_side) run in a PDF child within `timeout_ms` and
     an address space of `memory_mb` MB (the child's whole: the interpreter with extract.pdf loaded takes
@@ -181,6 +221,27 @@ def shutdown() -> None:
     pool = _POOL
     if pool is not None and pool.pid == os.getpid():
         pool.close()
+
+
+_STEP_FUNCTIONS: dict = {}
+
+
+def _step_function(step: str):
+    """The function of a page step (imported on first use, in the parent or the child)."""
+    fn = _STEP_FUNCTIONS.get(step)
+    if fn is None:
+        module, _, name = PAGE_STEPS[step].partition(":")
+        fn = _STEP_FUNCTIONS[step] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def _encodable(html: str) -> str:
+    """`html` with lone surrogates as '?' (resiliparse refuses them), as a page sent to a child travels."""
+    try:
+        html.encode("utf-8")
+        return html
+    except UnicodeEncodeError:
+        return html.encode("utf-8", "replace").decode("utf-8")
 
 
 # ------------------------------------------------------------------------------------------- parent
@@ -442,6 +503,34 @@ class _Pool:
             raise SandboxError("extract_error", body.decode("utf-8", "replace"))
         return body.decode("utf-8", "surrogatepass")
 
+    def page_step(self, step: str, html: str, args: tuple, timeout_ms: float, utf8: bytes | None) -> object:
+        try:
+            child = self._checkout("html", "resiliparse")
+        except SandboxError as err:
+            raise SandboxError("page_error", f"{step}: {err.detail}") from None
+        packed = pickle.dumps(args, protocol=5)
+        body = b"".join((_STEP_ARGS.pack(len(packed)), packed,
+                         utf8 if utf8 is not None else html.encode("utf-8", "replace")))
+        try:
+            with on_one_cpu():
+                status, answer = child.request(b"S", list(PAGE_STEPS).index(step), body, timeout_ms / 1000)
+        except EOFError:
+            code = self._discard(child)
+            raise SandboxError("page_error", f"{step}: extractor process died: {_exit_text(code)}") from None
+        except BaseException:  # interrupted mid-request (KeyboardInterrupt...): the pipes are out of step
+            self._discard(child)
+            raise
+        if status is None:
+            self._discard(child)
+            raise SandboxError("page_timeout", f"{step}: >{timeout_ms:g} ms (killed)")
+        self._release(child)
+        text = answer.decode("utf-8", "replace") if status != b"O" else ""
+        if status == b"R":
+            raise SandboxError("page_error", f"{step}: {text}"[:300])
+        if status == b"E":
+            raise PageStepError(f"page step {step} raised in the extractor process:\n{text}")
+        return _PlainUnpickler(io.BytesIO(answer)).load()
+
     def parse_pdf(self, data: bytes, timeout_ms: float, memory_mb: int, max_pages: int,
                   min_image_side: int) -> dict:
         child = self._checkout("pdf", "pdf")
@@ -585,6 +674,8 @@ def _write_all(fd: int, header: bytes, body: bytes) -> None:
 
 
 def _answer_html(op: bytes, engine: int, body: bytearray) -> tuple[bytes, bytes]:
+    if op == b"S":
+        return _answer_step(list(PAGE_STEPS)[engine], body)
     try:
         if op == b"L":
             run_engine("<p>warm up</p>", ENGINES[engine])  # imports the engine, touches its tables
@@ -592,6 +683,22 @@ def _answer_html(op: bytes, engine: int, body: bytearray) -> tuple[bytes, bytes]
         return b"O", run_engine(body.decode("utf-8"), ENGINES[engine]).encode("utf-8", "surrogatepass")
     except Exception as err:
         return b"E", repr(err)[:300].encode("utf-8", "replace")
+
+
+def _answer_step(step: str, body: bytearray) -> tuple[bytes, bytes]:
+    (n,) = _STEP_ARGS.unpack_from(body)
+    args = pickle.loads(body[_STEP_ARGS.size:_STEP_ARGS.size + n])  # from the parent: trusted
+    html = body[_STEP_ARGS.size + n:].decode("utf-8")
+    try:
+        return b"O", pickle.dumps(_step_function(step)(html, *args), protocol=5)
+    except Exception as err:
+        import traceback
+
+        return b"E", "".join(traceback.format_exception(err))[-4000:].encode("utf-8", "replace")
+    except BaseException as err:
+        if is_panic(err):
+            return b"R", repr(err)[:300].encode("utf-8", "replace")
+        raise
 
 
 class _PdfServer:

@@ -120,7 +120,7 @@ class ImagePairsConfig(Section):
 
     context_chars: int = Field(200, ge=0, description="page text kept on each side of an image")
     max_html_bytes: int = Field(10 << 20, gt=0, description="bigger pages are not parsed for images (counted)")
-    timeout_ms: int = Field(5000, gt=0, description="wall-clock guard per page")
+    timeout_ms: int = Field(5000, gt=0, description="wall-clock bound per page on reading its `<img>` tags (page_timeout)")
     min_alt_chars: int = Field(5, ge=0, description="LAION-5B's minimum; CJK characters count double")
     max_alt_chars: int = Field(1000, gt=0, description="longer alt text is not a caption")
     alt_languages: list[str] | None = Field(None, description="e.g. [en, de]: fastText lid.176 on the alt text; "
@@ -195,7 +195,7 @@ class _WithAltRules(beam.DoFn):
 
 class _ExtractRefs(_WithAltRules):
     """Page -> (img URL, ref row) for each <img> that passes check_image_ref; the rest as drops. A page
-    whose tags cannot be read (too large, undecodable, timed out) is one unit of `in`, dropped as
+    whose tags cannot be read (too large, undecodable, timed out, failed) is one unit of `in`, dropped as
     `page_<why>`, so no page disappears from the stage's accounting.
     A page is {"id", "url", "warc_file", "warc_date"?, and "html" (str) or "payload" (bytes) with
     "http_charset"}; read-stage rows with a non-HTML "source" (WET text) are skipped."""
@@ -206,14 +206,14 @@ class _ExtractRefs(_WithAltRules):
         if page.get("source", "html") != "html":
             return
         yield _counter("pages")
-        refs, noai, failure = self._refs(page)
+        refs, noai, failure, detail = self._refs(page)
         if failure:  # its <img> tags cannot be known: the page itself is one unit of `in`, dropped
-            yield _counter(f"pages_{failure}")
+            yield _counter(f"pages_{failure.removeprefix('page_')}")
             yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
             row = {"id": xxhash.xxh3_128_hexdigest(f"{page['id']}/page".encode()), "page_id": page["id"],
                    "page_url": page["url"], "warc_file": page.get("warc_file", ""),
                    "warc_date": page.get("warc_date", ""), "img_url": "", "position": -1, "alt": ""}
-            yield _drop(row, f"page_{failure}")
+            yield _drop(row, failure, detail)
             return
         if refs:
             yield _counter("pages_with_img")
@@ -232,21 +232,21 @@ class _ExtractRefs(_WithAltRules):
                 yield ref.url, row
 
 
-    def _refs(self, page) -> tuple[list, bool, str]:
-        """(image references, page opted out of AI use, failure: "" or why the page was not parsed)."""
-        from extract.guard import DocumentTimeout, watchdog
+    def _refs(self, page) -> tuple[list, bool, str, str]:
+        """(image references, page opted out of AI use, failure: "" or the reason the page was not
+        parsed, its detail)."""
         from extract.html import page_html
-        from extract.images import extract_images, page_disallows_ai
+        from extract.images import extract_images_bounded, page_disallows_ai
+        from extract.sandbox import SandboxError
 
         html, failure = page_html(page, self.cfg["max_html_bytes"])
         if failure:
-            return [], False, failure
+            return [], False, f"page_{failure}", ""
         try:
-            with watchdog().limit(self.cfg["timeout_ms"] / 1000):
-                refs = extract_images(html, page["url"], self.cfg["context_chars"])
-                return refs, bool(refs) and page_disallows_ai(html), ""
-        except DocumentTimeout:
-            return [], False, "timeout"
+            refs = extract_images_bounded(html, page["url"], self.cfg["context_chars"], self.cfg["timeout_ms"])
+        except SandboxError as err:
+            return [], False, err.reason, err.detail
+        return refs, bool(refs) and page_disallows_ai(html), "", ""
 
 
 class _RecycledRefs(_WithAltRules):

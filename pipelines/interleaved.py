@@ -19,7 +19,8 @@
 then `interleaved_write` (OUT/docs/interleaved, sorted shards).
 
 Accounting of stage 1, per document: `in` = HTML pages + PDFs, `out` = documents kept, dropped =
-`no_images`, `page_too_large`, `page_undecodable`, `page_timeout`, `duplicate_record` (one id twice),
+`no_images`, `page_too_large`, `page_undecodable`, `page_timeout` and `page_error` (the page's DOM walk ran
+past `timeout_ms` or its library failed on it; the detail names the step), `duplicate_record` (one id twice),
 and a PDF's reason (PDF_REASONS). Per image,
 counters `images/in`, `images/kept`, `images/chrome`, `images/<URL rule reason>` and
 `images/frequent_url` (in = kept + the others).
@@ -167,11 +168,11 @@ class _Linearise(beam.DoFn):
         if page.get("source", "html") != "html":
             return
         yield counter("in")
-        doc, noai, failure = self._linearise(page)
+        doc, noai, failure, detail = self._linearise(page)
         base = {k: page.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         if failure:
-            yield counter(f"dropped/page_{failure}")
-            yield dropped(drop_row(base, "interleaved", f"page_{failure}", text=""))
+            yield counter(f"dropped/{failure}")
+            yield dropped(drop_row(base, "interleaved", failure, detail, text=""))
             return
         from extract.images import check_image_url
 
@@ -198,23 +199,23 @@ class _Linearise(beam.DoFn):
         yield {**base, "kind": "web", "lang": "", "nodes": nodes, "scores": {}}
 
     def _linearise(self, page):
-        """(document, the page opts out of AI use, failure: "" or why the page was not read)."""
-        from extract.guard import DocumentTimeout, watchdog
+        """(document, the page opts out of AI use, failure: "" or the reason the page was not read,
+        its detail)."""
         from extract.html import page_html
         from extract.images import may_hold_images, page_disallows_ai
-        from extract.interleaved import Linearised, linearise
+        from extract.interleaved import Linearised, linearise_bounded
+        from extract.sandbox import SandboxError
 
         html, failure = page_html(page, self.cfg["max_html_bytes"])
         if failure:
-            return None, False, failure
+            return None, False, f"page_{failure}", ""
         if not may_hold_images(html):  # its document would be `no_images` and carry no text: no DOM walk
-            return Linearised(), False, ""  # (85% of mixed-dev's pages, 4 of the 16 real CC pages in sample/)
+            return Linearised(), False, "", ""  # (85% of mixed-dev's pages, 4 of the 16 real CC pages in sample/)
         try:
-            with watchdog().limit(self.cfg["timeout_ms"] / 1000):
-                doc = linearise(html, page["url"])
-                return doc, bool(doc.images) and page_disallows_ai(html), ""
-        except DocumentTimeout:
-            return None, False, "timeout"
+            doc = linearise_bounded(html, page["url"], self.cfg["timeout_ms"])
+        except SandboxError as err:
+            return None, False, err.reason, err.detail
+        return doc, bool(doc.images) and page_disallows_ai(html), "", ""
 
 
 def _without_images(nodes: list[dict], removed) -> list[dict]:
@@ -756,7 +757,8 @@ class InterleavedStage(Stage):
     name, config, reads, starts_group = "interleaved", InterleavedConfig, READS_INPUT, True
     schema, settings_from, counts_itself = INTERLEAVED_SCHEMA, ("read", "write"), True
     outputs = ("images/pdf",)
-    reasons = ("no_images", "page_too_large", "page_undecodable", "page_timeout", "duplicate_record", *PDF_REASONS)
+    reasons = ("no_images", "page_too_large", "page_undecodable", "page_timeout", "page_error", "duplicate_record",
+               *PDF_REASONS)
 
     def build(self, p, cfg, docs, root):
         from pipelines.stages import read_warcs

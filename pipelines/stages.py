@@ -222,6 +222,7 @@ class ExtractText(DocumentStep):
 
     def step(self, raw):
         from extract.html import ExtractionError, decode_html, extract_main_text
+        from extract.sandbox import is_panic
 
         doc = {k: raw[k] for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         payload = raw["payload"] or b""
@@ -240,6 +241,10 @@ class ExtractText(DocumentStep):
         except ExtractionError as err:
             return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run
+            return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
+        except BaseException as err:  # a Rust library's panic on this page's bytes (the charset detector)
+            if not is_panic(err):
+                raise
             return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
         text = text.strip()
         scores = {"html_bytes": float(len(payload)), "text_chars": float(len(text))}
@@ -592,7 +597,7 @@ class ImagesStage(Stage):
     schema, outputs, settings_from = None, ("docs/pairs", "images/pairs"), ("read", "write")
     reasons = ("no_src", "data_uri", "bad_scheme", "bad_url", "tracking_pixel", "icon_or_sprite", "declared_too_small",
                "missing_alt", "empty_alt", "filename_alt", "generic_alt", "alt_too_short", "alt_too_long",
-               "alt_language", "page_noai", "page_too_large", "page_undecodable", "page_timeout", "not_in_warc",
+               "alt_language", "page_noai", "page_too_large", "page_undecodable", "page_timeout", "page_error", "not_in_warc",
                "<fetch failure: extract/fetch.py>", "<decode failure: filters/image.py>", "image_exact_dup",
                "image_near_dup", "low_relevance", "image_semantic_dup")
 

@@ -51,11 +51,14 @@ INSTRUMENT = {
     "html": ["extract"],
     "image": ["filters", "PIL", "imagehash"],
     "text_rules": ["filters"],
+    "interleaved": ["extract"],
+    "image_refs": ["extract"],
+    "pdf": ["extract"],
 }
 TARGET_NAMES = list(INSTRUMENT)
 # Default --input-timeout per target (CPU seconds): a few hundred times a typical input's cost.
 INPUT_TIMEOUT = {"warc_raw": 2.0, "warc_records": 5.0, "charset": 2.0, "html": 5.0, "image": 10.0,
-                 "text_rules": 2.0}
+                 "text_rules": 2.0, "interleaved": 5.0, "image_refs": 5.0, "pdf": 10.0}
 
 
 def signature(exc: BaseException) -> str:
@@ -226,6 +229,10 @@ def main(argv: list[str]) -> None:
 
     with atheris.instrument_imports(include=INSTRUMENT[target]):
         import extract.html  # noqa: F401
+        import extract.images  # noqa: F401
+        import extract.interleaved  # noqa: F401
+        import extract.pdf  # noqa: F401
+        import extract.sandbox  # noqa: F401
         import extract.warc  # noqa: F401
         import filters.boilerplate  # noqa: F401
         import filters.clean  # noqa: F401
@@ -239,6 +246,8 @@ def main(argv: list[str]) -> None:
 
     if target == "image":
         targets.image_cfg(0)  # pipelines.image_pairs (Beam) imported before the clock starts
+    if target == "pdf":
+        import pipelines.interleaved  # noqa: F401  (Beam, for PDF_REASONS) before the clock starts
     seeds.records()
 
     runner = Runner(target, targets.TARGETS[target], art_dir, keep_going, max_seconds, max_runs, input_timeout)

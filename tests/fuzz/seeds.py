@@ -236,6 +236,27 @@ def seeds_text_rules() -> list[bytes]:
     return out
 
 
+def seeds_pages() -> list[bytes]:
+    """Pages with images for the DOM walks (interleaved, image_refs): the interleaved fixtures (figures,
+    tables, lists, chrome), the boilerplate fixtures and the WARC fixtures' HTML, and small copies of
+    the hostile pages (tests/hostile_pages.py: galleries, bare images, nested figures, wide tables)."""
+    import gzip
+
+    from tests import hostile_pages
+
+    out = [f.read_bytes()[:SEED_MAX] for f in sorted((DATA / "interleaved").glob("*.html"))]
+    out += [gzip.decompress(f.read_bytes())[:SEED_MAX] for f in sorted((DATA / "boilerplate").glob("*.html.gz"))]
+    out += [body[:SEED_MAX] for body, _ in http_bodies("text/html") if b"<img" in body.lower()]
+    out += [page.encode() for page in (hostile_pages.gallery(40), hostile_pages.bare_images(200),
+                                       hostile_pages.nested_figures(60), hostile_pages.wide_table(40, 10))]
+    return out
+
+
+def seeds_pdf() -> list[bytes]:
+    """The PDF fixtures whole (text layers, images, columns, encrypted, broken)."""
+    return [f.read_bytes() for f in sorted((DATA / "pdf").glob("*.pdf"))]
+
+
 SEEDS = {
     "warc_raw": seeds_warc_raw,
     "warc_records": seeds_warc_records,
@@ -243,6 +264,9 @@ SEEDS = {
     "html": seeds_html,
     "image": seeds_image,
     "text_rules": seeds_text_rules,
+    "interleaved": seeds_pages,
+    "image_refs": seeds_pages,
+    "pdf": seeds_pdf,
 }
 
 

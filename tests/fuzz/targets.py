@@ -16,6 +16,13 @@ Targets
 - text_rules    the quality stage on an extracted text: filters.clean.clean_for_rules (every line step,
                 the boilerplate model on) then filters.quality.QualityFilter: never raises, terminates,
                 removes whole lines only (every output line is an input line), finite values.
+- interleaved   extract.interleaved.linearise_bounded (2 s): a reason-coded SandboxError naming the step,
+                or a document in which every <img> of the page is an image node or a chrome image
+                exactly once, image nodes in DOM order, text nodes stripped and non-empty.
+- image_refs    extract.images.extract_images_bounded (2 s): a reason-coded SandboxError naming the step,
+                or one ref per <img> in DOM order, contexts within their length, a known rule reason.
+- pdf           extract.sandbox.parse_pdf (the parser's child, 5 s, 512 MB): a PDF reason, or a result
+                whose nodes are text or image nodes on pages of the document.
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ from collections import Counter
 
 import atheris
 
+from extract import sandbox
 from extract.html import ExtractionError, decode_html, extract_main_text
+from extract.images import check_image_ref, extract_images_bounded, may_hold_images
+from extract.interleaved import linearise_bounded
 from extract.warc import RawRecord, ReadError, iter_records
 from filters.clean import clean_for_rules
 from filters.image import DecodedImage, decode_image
@@ -379,6 +389,103 @@ def text_rules(data: bytes) -> None:
     _check(not bad, "value_not_finite", repr(bad)[:200])
 
 
+# ------------------------------------------------------------------------------------ page steps
+PAGE_URL = "https://example.org/dir/page.html"
+PAGE_TIMEOUT_MS = 2000
+PAGE_FAILURES = {"page_timeout", "page_error"}
+
+
+def page_text(data: bytes) -> str:
+    """The html target's input format: UTF-8 (invalid bytes replaced); after a leading 0xFF byte,
+    invalid bytes become lone surrogates."""
+    if data[:1] == b"\xff":
+        return data[1:].decode("utf-8", "surrogateescape")
+    return data.decode("utf-8", "replace")
+
+
+def img_count(html: str) -> int:
+    """How many <img> elements the page's DOM holds (counted apart from the steps under test)."""
+    if not may_hold_images(html):
+        return 0
+    from resiliparse.parse.html import HTMLTree
+
+    return len(HTMLTree.parse(sandbox._encodable(html)).document.query_selector_all("img"))
+
+
+def _step_failed(err: sandbox.SandboxError, step: str) -> None:
+    _check(err.reason in PAGE_FAILURES and err.detail.startswith(f"{step}: "), "bad_failure", str(err)[:200])
+
+
+def interleaved(data: bytes) -> None:
+    html = page_text(data)
+    try:
+        doc = linearise_bounded(html, PAGE_URL, PAGE_TIMEOUT_MS)
+    except sandbox.SandboxError as err:
+        _step_failed(err, "linearise")
+        return
+    positions = [n.image.position for n in doc.nodes if n.type == "image"]
+    _check(positions == sorted(set(positions)), "images_out_of_dom_order", repr(positions[:20]))
+    found = sorted(positions + [ref.position for ref in doc.chrome_images])
+    n = img_count(html)
+    _check(found == list(range(n)), "image_not_accounted", f"{n} <img>, found {found[:20]}")
+    for node in doc.nodes:
+        if node.type == "text":
+            _check(node.text != "" and node.text == node.text.strip(), "bad_text_node", repr(node.text[:80]))
+        else:
+            _check(node.type == "image" and "\n" not in node.caption, "bad_image_node", repr(node)[:200])
+
+
+_REF_CFG = {"min_side": 150, "min_alt_chars": 5, "max_alt_chars": 1000, "alt_languages": None,
+            "alt_lang_min_score": 0.0}
+REF_REASONS = {"no_src", "data_uri", "bad_scheme", "bad_url", "tracking_pixel", "icon_or_sprite", "declared_too_small",
+               "missing_alt", "empty_alt", "filename_alt", "generic_alt", "alt_too_short", "alt_too_long"}
+CONTEXT_CHARS = 200
+
+
+def image_refs(data: bytes) -> None:
+    html = page_text(data)
+    try:
+        refs = extract_images_bounded(html, PAGE_URL, CONTEXT_CHARS, PAGE_TIMEOUT_MS)
+    except sandbox.SandboxError as err:
+        _step_failed(err, "image_refs")
+        return
+    n = img_count(html)
+    _check([r.position for r in refs] == list(range(n)), "image_not_accounted",
+           f"{n} <img>, positions {[r.position for r in refs][:20]}")
+    for ref in refs:
+        _check(isinstance(ref.url, str) and (ref.alt is None or isinstance(ref.alt, str)), "bad_ref", repr(ref)[:200])
+        _check(len(ref.context_before) <= CONTEXT_CHARS and len(ref.context_after) <= CONTEXT_CHARS,
+               "context_too_long", repr(ref)[:200])
+        reason = check_image_ref(ref, _REF_CFG)
+        _check(reason is None or reason in REF_REASONS, "unknown_reason", repr(reason))
+
+
+PDF_TIMEOUT_MS, PDF_MEMORY_MB, PDF_MAX_PAGES, PDF_MIN_IMAGE_SIDE = 5000, 512, 20, 150
+
+
+def pdf(data: bytes) -> None:
+    from pipelines.interleaved import PDF_REASONS
+
+    try:
+        result = sandbox.parse_pdf(data, PDF_TIMEOUT_MS, PDF_MEMORY_MB, PDF_MAX_PAGES, PDF_MIN_IMAGE_SIDE)
+    except sandbox.SandboxError as err:
+        _check(err.reason in PDF_REASONS, "unknown_reason", str(err)[:200])
+        return
+    reason, pages, nodes = result["reason"], result["pages"], result["nodes"]
+    _check(reason is None or reason in PDF_REASONS, "unknown_reason", repr(reason))
+    _check(isinstance(pages, int) and pages >= 0 and isinstance(nodes, list), "bad_result", repr(result)[:200])
+    if reason in ("pdf_too_many_pages", "pdf_broken", "pdf_encrypted"):
+        _check(nodes == [], "nodes_of_an_unread_pdf", f"{reason}: {len(nodes)} nodes")
+    for node in nodes:
+        _check(node["type"] in ("text", "image") and 1 <= node["page"] <= min(pages, PDF_MAX_PAGES),
+               "bad_node", repr(node)[:200])
+        if node["type"] == "text":
+            _check(isinstance(node["text"], str) and node["text"].strip() != "", "bad_text_node", repr(node)[:200])
+        elif reason is None:
+            _check(isinstance(node["data"], bytes) and node["data"] and isinstance(node["format"], str),
+                   "image_without_data", repr({k: v for k, v in node.items() if k != "data"})[:200])
+
+
 TARGETS = {
     "warc_raw": warc_raw,
     "warc_records": warc_records,
@@ -386,6 +493,9 @@ TARGETS = {
     "html": html,
     "image": image,
     "text_rules": text_rules,
+    "interleaved": interleaved,
+    "image_refs": image_refs,
+    "pdf": pdf,
 }
 
 
