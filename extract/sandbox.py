@@ -482,23 +482,32 @@ class _Pool:
         with self.lock:
             self.idle[child.kind].append(child)
 
-    def extract(self, html: str, engine: str, timeout_ms: float, utf8: bytes | None = None,
-                one_cpu: bool = True) -> str:
-        child = self._checkout("html", engine)
-        page = utf8 if utf8 is not None else html.encode("utf-8", "replace")
+    def _ask(self, child: _Child, op: bytes, index: int, body: bytes, timeout_ms: float, one_cpu: bool,
+             reasons: tuple[str, str], prefix: str = "") -> tuple[bytes, bytes]:
+        """One request to an HTML child within `timeout_ms`: (status, answer), the child back in the pool;
+        or the child discarded and SandboxError: reasons[0] when it died, reasons[1] past the deadline
+        (each detail after `prefix`)."""
         try:
             with on_one_cpu() if one_cpu else contextlib.nullcontext():
-                status, body = child.request(b"X", ENGINES.index(engine), page, timeout_ms / 1000)
+                status, answer = child.request(op, index, body, timeout_ms / 1000)
         except EOFError:
             code = self._discard(child)
-            raise SandboxError("extract_error", f"extractor process died: {_exit_text(code)}") from None
+            raise SandboxError(reasons[0], f"{prefix}extractor process died: {_exit_text(code)}") from None
         except BaseException:  # interrupted mid-request (KeyboardInterrupt...): the pipes are out of step
             self._discard(child)
             raise
         if status is None:
             self._discard(child)
-            raise SandboxError("extract_timeout", f">{timeout_ms:g} ms (killed)")
+            raise SandboxError(reasons[1], f"{prefix}>{timeout_ms:g} ms (killed)")
         self._release(child)
+        return status, answer
+
+    def extract(self, html: str, engine: str, timeout_ms: float, utf8: bytes | None = None,
+                one_cpu: bool = True) -> str:
+        child = self._checkout("html", engine)
+        page = utf8 if utf8 is not None else html.encode("utf-8", "replace")
+        status, body = self._ask(child, b"X", ENGINES.index(engine), page, timeout_ms, one_cpu,
+                                 ("extract_error", "extract_timeout"))
         if status == b"E":
             raise SandboxError("extract_error", body.decode("utf-8", "replace"))
         return body.decode("utf-8", "surrogatepass")
@@ -511,24 +520,13 @@ class _Pool:
         packed = pickle.dumps(args, protocol=5)
         body = b"".join((_STEP_ARGS.pack(len(packed)), packed,
                          utf8 if utf8 is not None else html.encode("utf-8", "replace")))
-        try:
-            with on_one_cpu():
-                status, answer = child.request(b"S", list(PAGE_STEPS).index(step), body, timeout_ms / 1000)
-        except EOFError:
-            code = self._discard(child)
-            raise SandboxError("page_error", f"{step}: extractor process died: {_exit_text(code)}") from None
-        except BaseException:  # interrupted mid-request (KeyboardInterrupt...): the pipes are out of step
-            self._discard(child)
-            raise
-        if status is None:
-            self._discard(child)
-            raise SandboxError("page_timeout", f"{step}: >{timeout_ms:g} ms (killed)")
-        self._release(child)
-        text = answer.decode("utf-8", "replace") if status != b"O" else ""
+        status, answer = self._ask(child, b"S", list(PAGE_STEPS).index(step), body, timeout_ms, True,
+                                   ("page_error", "page_timeout"), f"{step}: ")
         if status == b"R":
-            raise SandboxError("page_error", f"{step}: {text}"[:300])
+            raise SandboxError("page_error", f"{step}: {answer.decode('utf-8', 'replace')}"[:300])
         if status == b"E":
-            raise PageStepError(f"page step {step} raised in the extractor process:\n{text}")
+            raise PageStepError(f"page step {step} raised in the extractor process:\n"
+                                f"{answer.decode('utf-8', 'replace')}")
         return _PlainUnpickler(io.BytesIO(answer)).load()
 
     def parse_pdf(self, data: bytes, timeout_ms: float, memory_mb: int, max_pages: int,
