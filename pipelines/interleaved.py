@@ -34,12 +34,13 @@ from typing import NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator
 
 from dedup.image import SplitFrequentImageUrls
 from dedup.multimodal import DedupSameImages, ImageReach, image_set_key
 from dedup.near import DUPLICATES, PARTITION, SURVIVOR_RULES
 from extract.interleaved import recycle_candidates
+from filters.nodes import NodeRules, filter_text_nodes
 from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
@@ -695,15 +696,56 @@ class ScoreWithVlm(beam.PTransform):
 
 
 # ------------------------------------------------------------------------------------------ stages
+# The quality settings that differ for interleaved documents, by kind, over the `quality` section: C4's
+# curly-bracket and lorem-ipsum rules were written against JavaScript and template pages and drop the
+# technical articles and papers this branch exists for (their code samples, their math, a paper that
+# names the phrase); FineWeb's line rules judge the line format of a web page's main text, which the
+# paragraph rules (filters/nodes.py) judge here, one paragraph at a time, as OBELICS does.
+KIND_QUALITY = {"c4_filter_curly_bracket": False, "c4_filter_lorem_ipsum": False, "fineweb": False}
+
+
+class InterleavedTextConfig(Section):
+    """The interleaved branch's own text settings; the rest come from `language`, `quality` and `synthetic`."""
+
+    nodes: NodeRules = Field(default_factory=NodeRules)
+    web_quality: dict = Field(default_factory=lambda: dict(KIND_QUALITY), description=(
+        "`quality` keys that differ for web pages' interleaved documents (the document rules after the "
+        "paragraph rules)"))
+    pdf_quality: dict = Field(default_factory=lambda: dict(KIND_QUALITY), description=(
+        "`quality` keys that differ for PDFs' documents"))
+
+    @field_validator("web_quality", "pdf_quality")
+    @classmethod
+    def _quality_keys(cls, value: dict) -> dict:
+        from filters.quality import QualityConfig
+
+        unknown = sorted(set(value) - set(QualityConfig.model_fields))
+        if unknown:
+            raise ValueError(f"not keys of the quality section: {', '.join(unknown)}")
+        return value
+
+
 class ScreenText(DocumentStep):
-    """The text branch's language, quality and synthetic-text steps, with their settings and reasons,
-    on a document's text (its text blocks joined): a page the text branch would reject is not worth
-    fetching images for. The document keeps its nodes and gains `lang` and every measured score."""
+    """The text branch's language, quality and synthetic-text steps on a document's text (its text blocks
+    joined), with the paragraph rules between language and quality: a page the text branch would reject
+    is not worth fetching images for. Each paragraph (a web page's line, a PDF's text block) that fails
+    a rule of filters/nodes.py is removed (counted `nodes/removed:<reason>`), then the document rules
+    judge what is left, with the quality settings of its kind (`web_quality`, `pdf_quality` over the
+    `quality` section). The document keeps its remaining nodes, images in place, and gains `lang` and
+    every measured score."""
 
     def __init__(self, stage: str, cfg: dict):
         super().__init__(stage, cfg)
-        self.steps = [IdentifyLanguage(stage, cfg["language"]), ApplyQualityRules(stage, cfg["quality"]),
-                      ScoreSyntheticText(stage, cfg["synthetic"])]
+        own = cfg["interleaved_text"]
+        self.language = IdentifyLanguage(stage, cfg["language"])
+        self.quality = {kind: ApplyQualityRules(stage, {**cfg["quality"], **own[f"{kind}_quality"]})
+                        for kind in ("web", "pdf")}
+        self.synthetic = ScoreSyntheticText(stage, cfg["synthetic"])
+        self.nodes = NodeRules.model_validate(own["nodes"])
+
+    @property
+    def steps(self):
+        return [self.language, *self.quality.values(), self.synthetic]
 
     def setup(self):
         for sub in self.steps:
@@ -722,22 +764,37 @@ class ScreenText(DocumentStep):
                 yield beam.pvalue.TaggedOutput("recycle", (doc, out.value["reason"]))
 
     def step(self, doc):
+        kind = "pdf" if doc.get("kind") == "pdf" else "web"
         judged = {**doc, "lang": "", "lang_score": 0.0}
-        for sub in self.steps:
+        for sub in (self.language, self.quality[kind], self.synthetic):
             sub.prepare([judged])  # batched model calls (the LM head), one document at a time here
             out = sub.step(judged)
             if isinstance(out, Drop):
                 judged = out.doc or judged
                 return Drop(out.reason, out.detail, self._verdict(doc, judged))
             judged = out
+            if sub is self.language:  # the paragraphs are judged knowing the language, before the document
+                judged = self._judge_paragraphs(judged, by_line=kind == "web")
         return self._verdict(doc, judged)
+
+    def _judge_paragraphs(self, doc: dict, by_line: bool) -> dict:
+        nodes, removed = filter_text_nodes(doc["nodes"], self.nodes, by_line)
+        if not removed:
+            return doc
+        for reason, _ in removed:
+            self.count(f"nodes/removed:{reason}")
+        self.count("nodes/docs_changed")
+        text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
+        return {**doc, "nodes": nodes, "text": text}
 
     @staticmethod
     def _verdict(doc: dict, judged: dict) -> dict:
-        """The document with the judged copy's language and scores (its text, which the quality
-        step's line filter may have cut, stays the document's own)."""
-        return with_scores({**doc, "lang": judged["lang"], "scores": judged.get("scores")},
-                           lang_score=float(judged["lang_score"]))
+        """The document with its remaining nodes and their text (the quality step's line filters judge a
+        cleaned copy; the document's text stays its nodes'), the judged copy's language and scores."""
+        nodes = judged.get("nodes", doc["nodes"])
+        text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
+        return with_scores({**doc, "nodes": nodes, "text": text, "lang": judged["lang"],
+                            "scores": judged.get("scores")}, lang_score=float(judged["lang_score"]))
 
 
 @register
@@ -773,9 +830,12 @@ class InterleavedStage(Stage):
 @register
 class InterleavedTextStage(DocumentStage):
     """The text verdicts of the text branch (language, quality rules, synthetic-text scorers: the
-    `language`, `quality` and `synthetic` sections and reasons) on each interleaved document's text."""
+    `language`, `quality` and `synthetic` sections and reasons) on each interleaved document's text, with
+    OBELICS's paragraph rules first (filters/nodes.py: failing paragraphs removed, counted
+    `nodes/removed:<reason>`) and the quality settings of the document's kind (`web_quality`,
+    `pdf_quality`: C4's curly-bracket and lorem-ipsum rules and FineWeb's line rules off by default)."""
 
-    name, step, schema = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA
+    name, step, schema, config = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA, InterleavedTextConfig
     settings_from, outputs = ("language", "quality", "synthetic"), ("recycle/interleaved_text",)
 
     @property
@@ -785,7 +845,7 @@ class InterleavedTextStage(DocumentStage):
         return tuple(r for section in self.settings_from for r in STAGES[section].reasons)
 
     def build(self, p, cfg, docs, root):
-        step = self.step(self.name, {section: cfg[section] for section in self.settings_from})
+        step = self.step(self.name, {section: cfg[section] for section in (*self.settings_from, self.name)})
         res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, "recycle", main="docs")
         candidates = res.recycle | f"{self.name}/Recycle" >> beam.FlatMapTuple(
             lambda doc, reason, stage=self.name: recycle_candidates(doc, f"{stage}/{reason}"))

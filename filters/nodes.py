@@ -1,0 +1,133 @@
+"""Paragraph-level rules for interleaved documents (no Beam here): each paragraph of a document's text
+nodes is judged on its own and removed when it fails, before the document-level rules see what is left
+(OBELICS, Laurençon et al. 2023, sec. 3.3 and its `config_filter_web_documents.yaml`: node-level
+filtering, then document-level thresholds on the rest).
+
+A web document's paragraph is a line of a text node (the linearisation puts every block element, a
+paragraph, heading, list item or table row, on a line of its own); a PDF's is a whole text block (its
+lines are where the layout wrapped). The rules are OBELICS's node-level rules that hold in any language,
+with its thresholds:
+- `node_words`: fewer than 4 or more than 1,000 words (words as the quality rules count them: one per Han
+  or Kana character, so a Chinese paragraph is not one word);
+- `node_char_repetition` (off by default): character 10-grams, the share of all of them taken by the
+  most repeated (at most sqrt(distinct) of those that occur more than once) > 0.1. On paragraphs its
+  sqrt cap ranks a phrase loop ("buy cheap shoes online now" x 2..10: 0.19-0.23) below real prose
+  (up to 0.29 on the dev set's 4,000 real paragraphs, where OBELICS's 0.1 removed 211 of them, mostly
+  prose); the word rule below catches loops;
+- `node_word_repetition`: word 5-grams that occur more than once, their share of all > 0.1;
+- `node_special_characters`: characters that are not letters or combining marks (punctuation, symbols,
+  digits, whitespace) > 0.3 of the paragraph: code, markup, number tables, separator rows;
+- `node_punctuation`: a paragraph of 12 or more words and punctuation marks with less than 0.1% of
+  them punctuation (`, ; : ? ! .` and their forms in CJK, Arabic, Greek, Devanagari, Armenian and
+  Ethiopic text): a run of keywords, not prose.
+OBELICS's English-only node rules (stop-word and common-word ratios, flagged words) are left out:
+the documents here are in any language, and the document-level rules (the quality stage's, per kind
+of document) judge the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from filters.quality import _MARKS, tokenize
+
+# Letters (any script: \w less digits and "_") and combining marks: what a paragraph's text is made of.
+_TEXT_CHAR = re.compile(rf"[^\W\d_]|[{_MARKS}]")
+# OBELICS's punctuation (, ; : ? ! .), and the same marks of other scripts: full-width and CJK, Arabic
+# (، ؛ ؟ ۔), Greek question mark, Devanagari danda, Armenian, Ethiopic.
+_PUNCTUATION = re.compile("[,;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"
+                          "\u037e\u0964\u0965\u0589\u055d\u055e\u1362\u1363\u1364\u1367]")
+
+
+class NodeRules(BaseModel):
+    """The paragraph rules' switches and thresholds (OBELICS's node-level values)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: StrictBool = Field(True, description="judge each paragraph and remove the failing ones before the "
+                                                  "document rules (OBELICS's node-level filtering)")
+    min_words: int = Field(4, ge=0, description="fewer words: node_words (OBELICS: 4)")
+    max_words: int = Field(1000, ge=1, description="more words: node_words (OBELICS: 1,000)")
+    char_repetition_n: int = Field(10, ge=1, description="character n-gram length of the repetition ratio")
+    max_char_repetition: Optional[float] = Field(None, ge=0, le=1, description=(
+        "node_char_repetition above this (OBELICS: 0.1); null: off (on paragraphs it ranks phrase loops below "
+        "real prose: filters/nodes.py)"))
+    word_repetition_n: int = Field(5, ge=1, description="word n-gram length of the repetition ratio")
+    max_word_repetition: float = Field(0.1, ge=0, le=1, description="node_word_repetition above this (OBELICS: 0.1)")
+    max_special_characters: float = Field(0.3, ge=0, le=1, description="node_special_characters above this: "
+                                                                         "not letters or marks (OBELICS: 0.3)")
+    min_punctuation: float = Field(0.001, ge=0, le=1, description="node_punctuation below this share of words "
+                                                                  "and marks (OBELICS: 0.001)")
+    punctuation_min_words: int = Field(12, ge=0, description="the punctuation rule judges paragraphs of at least "
+                                                             "this many words and marks (OBELICS: 12)")
+
+
+def char_repetition(text: str, n: int) -> float:
+    """OBELICS's character repetition ratio: of the text's character n-grams, the share taken by the
+    most frequent ones that repeat, at most sqrt(distinct n-grams) of them."""
+    counts = Counter(text[i:i + n] for i in range(len(text) - n + 1))
+    if not counts:
+        return 0.0
+    repeated = sorted((c for c in counts.values() if c > 1), reverse=True)
+    top = repeated[:int(math.sqrt(len(counts)))]
+    return sum(top) / (len(text) - n + 1)
+
+
+def word_repetition(words: list[str], n: int) -> float:
+    """OBELICS's word repetition ratio: the share of word n-grams that occur more than once."""
+    counts = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    total = len(words) - n + 1
+    return sum(c for c in counts.values() if c > 1) / total if total > 0 else 0.0
+
+
+def judge_paragraph(text: str, rules: NodeRules) -> str | None:
+    """The first paragraph rule `text` fails, or None."""
+    words = [w.lower() for w in tokenize(text)]
+    if not rules.min_words <= len(words) <= rules.max_words:
+        return "node_words"
+    if rules.max_char_repetition is not None and \
+            char_repetition(text, rules.char_repetition_n) > rules.max_char_repetition:
+        return "node_char_repetition"
+    if word_repetition(words, rules.word_repetition_n) > rules.max_word_repetition:
+        return "node_word_repetition"
+    if 1 - len(_TEXT_CHAR.findall(text)) / len(text) > rules.max_special_characters:
+        return "node_special_characters"
+    marks = len(_PUNCTUATION.findall(text))
+    if len(words) + marks >= rules.punctuation_min_words and marks / (len(words) + marks) < rules.min_punctuation:
+        return "node_punctuation"
+    return None
+
+
+REASONS = ("node_words", "node_char_repetition", "node_word_repetition", "node_special_characters", "node_punctuation")
+
+
+def filter_text_nodes(nodes: list[dict], rules: NodeRules, by_line: bool) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The nodes with every failing paragraph removed from their text (`by_line`: a paragraph is a line
+    of a text node, else the whole node) and text nodes left empty removed; image nodes keep their place
+    (and their caption and alt). Also (reason, paragraph) for each paragraph removed, in order."""
+    if not rules.enabled:
+        return nodes, []
+    out, removed = [], []
+    for node in nodes:
+        if node["type"] != "text":
+            out.append(node)
+            continue
+        kept = []
+        for paragraph in node["text"].split("\n") if by_line else [node["text"]]:
+            if not paragraph.strip():
+                kept.append(paragraph)
+                continue
+            reason = judge_paragraph(paragraph, rules)
+            if reason is None:
+                kept.append(paragraph)
+            else:
+                removed.append((reason, paragraph))
+        text = "\n".join(kept).strip()
+        if text:
+            out.append(node if text == node["text"] else {**node, "text": text})
+    return out, removed

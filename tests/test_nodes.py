@@ -1,0 +1,155 @@
+"""Paragraph rules for interleaved documents (filters/nodes.py, OBELICS's node-level filtering) and the
+per-kind document rules of the interleaved_text stage, on oracles and on real pages and a real paper."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from extract.interleaved import linearise
+from extract.pdf import parse_pdf
+from filters.nodes import NodeRules, char_repetition, filter_text_nodes, judge_paragraph, word_repetition
+from filters.quality import tokenize
+
+DATA = Path(__file__).parent / "data"
+PAGES = {p["file"]: p for p in json.loads((DATA / "interleaved" / "labels.json").read_text())}
+RULES = NodeRules()
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("The glyph used for the consonant r in Malayalam differs by context.", None),
+    ("因参加投票的选民人数未达到法律规定的比例，所以选举无效。", None),  # one word per Han character
+    ("ما هي أفضل طرق استخدام القوائم المنسدلة المبنية على عنصر select لتوجيه الزائرين إلى المحتوى المترجم؟", None),
+    ("Introduction", "node_words"),
+    ("- Home", "node_words"),
+    ("body { color: red; font-size: 12px; }", "node_special_characters"),
+    ("1. | Song title of the album | 3:45 | 4:12 | 2001", "node_special_characters"),
+    ("buy cheap shoes online now buy cheap shoes online now buy cheap shoes online now", "node_word_repetition"),
+    ("keyword keyword2 keyword3 tag tag2 tag3 thing other more words here now", "node_punctuation"),
+])
+def test_each_rule_on_what_it_is_for(text, reason):
+    assert judge_paragraph(text, RULES) == reason
+
+
+def _obelics_char_repetition(text: str, n: int) -> float:
+    """OBELICS's definition as written there: frequencies sorted, the top min(sqrt(distinct), repeated)."""
+    freq = sorted(Counter(text[i:i + n] for i in range(len(text) - n + 1)).values(), reverse=True)
+    if not freq:
+        return 0
+    top = min(int(len(freq) ** 0.5), len(freq) - sum(1 for f in freq if f == 1))
+    return sum(freq[:top]) / sum(freq)
+
+
+def _obelics_word_repetition(words: list[str], n: int) -> float:
+    freq = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1)).values()
+    return sum(f for f in freq if f > 1) / sum(freq) if freq else 0
+
+
+def test_repetition_ratios_are_obelics_definitions():
+    rng = random.Random(7)
+    for _ in range(300):
+        alphabet = rng.choice(["ab", "abc ", "the cat sat on the mat ", "xyz"])
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300)))
+        assert char_repetition(text, 10) == pytest.approx(_obelics_char_repetition(text, 10))
+        words = tokenize(text)
+        assert word_repetition(words, 5) == pytest.approx(_obelics_word_repetition(words, 5))
+
+
+def test_char_repetition_is_off_by_default_and_available():
+    loop = "buy cheap shoes online now " * 3
+    assert judge_paragraph("A sentence that says the same: the same thing, the same thing, again and again.", RULES) is None
+    strict = NodeRules(max_char_repetition=0.1)
+    assert judge_paragraph(loop, strict) == "node_char_repetition"
+
+
+def test_failing_paragraphs_go_images_and_their_captions_stay():
+    nodes = [{"type": "text", "text": "Home\nA paragraph about the figure below, long enough to stay."},
+             {"type": "image", "image_url": "https://example.org/a.png", "caption": "A chart", "alt": "chart"},
+             {"type": "text", "text": "Menu\nLogin"},
+             {"type": "image", "image_url": "https://example.org/b.png", "caption": "", "alt": None}]
+    kept, removed = filter_text_nodes(nodes, RULES, by_line=True)
+    assert [n["type"] for n in kept] == ["text", "image", "image"]
+    assert kept[0]["text"] == "A paragraph about the figure below, long enough to stay."
+    assert kept[1] is nodes[1] and kept[2] is nodes[3]
+    assert removed == [("node_words", "Home"), ("node_words", "Menu"), ("node_words", "Login")]
+    block, removed = filter_text_nodes(nodes, RULES, by_line=False)  # a PDF's block is one paragraph
+    assert [n["type"] for n in block] == ["text", "image", "image"] and block[0] is nodes[0]
+    assert filter_text_nodes(nodes, NodeRules(enabled=False), True) == (nodes, [])
+
+
+def _screen(doc: dict, **interleaved_text):
+    """The interleaved_text stage's step on one document, default settings (or the ones given)."""
+    from pipelines.interleaved import InterleavedTextConfig, ScreenText
+    from pipelines.stages import STAGES
+
+    cfg = {name: STAGES[name].config().model_dump() for name in ("language", "quality", "synthetic")}
+    cfg["interleaved_text"] = InterleavedTextConfig(**interleaved_text).model_dump()
+    step = ScreenText("interleaved_text", cfg)
+    step.setup()
+    step.start_bundle()
+    return step.step(doc), dict(step._tally)
+
+
+def _web_doc(name: str) -> dict:
+    doc = linearise((DATA / "interleaved" / name).read_text(encoding="utf-8"), PAGES[name]["url"])
+    nodes = [{"type": "text", "text": n.text} if n.type == "text" else
+             {"type": "image", "image_url": n.image.url, "caption": n.caption, "alt": n.image.alt,
+              "position": n.image.position} for n in doc.nodes]
+    return {"id": name, "url": PAGES[name]["url"], "kind": "web", "nodes": nodes, "text": doc.text, "scores": {}}
+
+
+def test_a_w3c_article_with_code_samples_loses_the_code_and_keeps_its_prose():
+    """qa-html-dir: its markup samples (`<p dir="auto" class="u1">...`) are removed as paragraphs of
+    symbols; the text branch's recipe on the whole text drops the article (FineWeb's duplicate-line
+    rule, on the repeated samples)."""
+    from pipelines.stage import Drop
+
+    doc = _web_doc("qa-html-dir.html")
+    kept, tally = _screen(doc)
+    assert not isinstance(kept, Drop)
+    assert tally["nodes/removed:node_special_characters"] >= 5
+    text = kept["text"]
+    assert '<p dir="auto" class="u1">' not in text and "<bdi>" not in text
+    assert "dir attribute" in text
+    images = [n for n in doc["nodes"] if n["type"] == "image"]
+    assert [n for n in kept["nodes"] if n["type"] == "image"] == images  # every image, in place
+    as_text_branch, _ = _screen(doc, nodes={"enabled": False}, web_quality={})
+    assert isinstance(as_text_branch, Drop) and as_text_branch.reason == "fineweb_dup_line_chars"
+
+
+def test_an_encyclopedia_capture_keeps_its_articles_and_loses_its_navigation():
+    """Wikipedia's main page (2012): the navigation and one-word list items go as paragraphs of too
+    few words; the featured-article prose stays and the document is kept (FineWeb's short-line rule
+    dropped it before)."""
+    from pipelines.stage import Drop
+
+    doc = _web_doc("wikipedia-main-page-2012.html")
+    kept, tally = _screen(doc)
+    assert not isinstance(kept, Drop), kept
+    assert tally["nodes/removed:node_words"] >= 20
+    assert "Upload file" not in kept["text"] and "Nick Drake" in kept["text"]
+    before, _ = _screen(doc, nodes={"enabled": False}, web_quality={})
+    assert isinstance(before, Drop) and before.reason == "fineweb_short_lines"
+
+
+def test_an_acl_paper_is_kept_with_its_abstract_first():
+    """N18-3011 has braces in its math; C4's curly-bracket rule is off for PDFs, and each text block is
+    one paragraph, so its abstract stays in its first text nodes."""
+    from pipelines.stage import Drop
+
+    parsed = parse_pdf((DATA / "pdf" / "N18-3011.pdf").read_bytes())
+    nodes = [{"type": n["type"], "text": n["text"], "page": n["page"]} if n["type"] == "text" else
+             {"type": "image", "image_url": f"pdf#{n['index']}", "page": n["page"]} for n in parsed["nodes"]]
+    doc = {"id": "acl", "url": "https://aclanthology.org/N18-3011.pdf", "kind": "pdf", "nodes": nodes,
+           "text": "\n\n".join(n["text"] for n in nodes if n["type"] == "text"), "scores": {}}
+    kept, _ = _screen(doc)
+    assert not isinstance(kept, Drop), kept
+    abstract = [json.loads(line) for line in open(DATA / "pdf" / "labels.jsonl")
+                if json.loads(line)["path"].endswith("N18-3011.pdf")][0]["abstract_first_300"]
+    first = " ".join(n["text"] for n in kept["nodes"][:8] if n["type"] == "text")
+    words = tokenize(abstract.lower())
+    assert sum(w in set(tokenize(first.lower())) for w in words) / len(words) >= 0.9
