@@ -696,6 +696,27 @@ class ScoreWithVlm(beam.PTransform):
 
 
 # ------------------------------------------------------------------------------------------ stages
+NODE_EXAMPLES = "node_examples"
+EXAMPLES_PER_REASON = 3
+
+
+def _example_key(example: dict) -> str:
+    """A paragraph's place in the examples' order: a hash, so that the three shown are the same whatever
+    the bundles (the smallest three), and spread over the run's pages."""
+    return hashlib.sha1(f"{example['url']}\n{example['text']}".encode("utf-8")).hexdigest()
+
+
+def write_node_examples(examples, root: str, stage: str):
+    """("<kind>/<rule>", {url, text}) pairs -> OUT/<stage>/node_examples.json: {"<kind>/<rule>": three
+    removed paragraphs}, for the report (a Beam combine per rule; the file holds at most 3 per rule)."""
+    return (examples
+            | f"{stage}/ExamplesPerRule" >> beam.combiners.Top.PerKey(EXAMPLES_PER_REASON, key=_example_key,
+                                                                    reverse=True)
+            | f"{stage}/AllExamples" >> beam.combiners.ToDict()
+            | f"{stage}/WriteExamples" >> beam.Map(
+                lambda found: io.write_json(io.join(root, stage, "node_examples.json"), found)))
+
+
 # The quality settings that differ for interleaved documents, by kind, over the `quality` section: C4's
 # curly-bracket and lorem-ipsum rules were written against JavaScript and template pages and drop the
 # technical articles and papers this branch exists for (their code samples, their math, a paper that
@@ -732,7 +753,8 @@ class ScreenText(DocumentStep):
     a rule of filters/nodes.py is removed (counted `nodes/removed:<reason>`), then the document rules
     judge what is left, with the quality settings of its kind (`web_quality`, `pdf_quality` over the
     `quality` section). The document keeps its remaining nodes, images in place, and gains `lang` and
-    every measured score."""
+    every measured score. Counters `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the
+    removed paragraphs go out under NODE_EXAMPLES for the report's examples."""
 
     def __init__(self, stage: str, cfg: dict):
         super().__init__(stage, cfg)
@@ -757,11 +779,15 @@ class ScreenText(DocumentStep):
             sub._tally = self._tally  # their counters (the quality step's line steps) are this stage's
 
     def process(self, doc):
+        self._removed = []
         for out in super().process(doc):
             yield out
             if isinstance(out, beam.pvalue.TaggedOutput) and out.tag == DROPPED:
                 # its images, for the pairs branch when it recycles these (image_pairs.recycle)
                 yield beam.pvalue.TaggedOutput("recycle", (doc, out.value["reason"]))
+        kind = "pdf" if doc.get("kind") == "pdf" else "web"
+        for reason, paragraph in self._removed:  # candidates for the report's examples
+            yield beam.pvalue.TaggedOutput(NODE_EXAMPLES, (f"{kind}/{reason}", {"url": doc["url"], "text": paragraph[:300]}))
 
     def step(self, doc):
         kind = "pdf" if doc.get("kind") == "pdf" else "web"
@@ -774,16 +800,17 @@ class ScreenText(DocumentStep):
                 return Drop(out.reason, out.detail, self._verdict(doc, judged))
             judged = out
             if sub is self.language:  # the paragraphs are judged knowing the language, before the document
-                judged = self._judge_paragraphs(judged, by_line=kind == "web")
+                judged = self._judge_paragraphs(judged, kind)
         return self._verdict(doc, judged)
 
-    def _judge_paragraphs(self, doc: dict, by_line: bool) -> dict:
-        nodes, removed = filter_text_nodes(doc["nodes"], self.nodes, by_line)
+    def _judge_paragraphs(self, doc: dict, kind: str) -> dict:
+        nodes, removed = filter_text_nodes(doc["nodes"], self.nodes, by_line=kind == "web")
         if not removed:
             return doc
+        self._removed = removed
         for reason, _ in removed:
-            self.count(f"nodes/removed:{reason}")
-        self.count("nodes/docs_changed")
+            self.count(f"nodes/removed:{kind}/{reason}")
+        self.count(f"nodes/docs_changed:{kind}")
         text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
         return {**doc, "nodes": nodes, "text": text}
 
@@ -832,7 +859,8 @@ class InterleavedTextStage(DocumentStage):
     """The text verdicts of the text branch (language, quality rules, synthetic-text scorers: the
     `language`, `quality` and `synthetic` sections and reasons) on each interleaved document's text, with
     OBELICS's paragraph rules first (filters/nodes.py: failing paragraphs removed, counted
-    `nodes/removed:<reason>`) and the quality settings of the document's kind (`web_quality`,
+    `nodes/removed:<kind>/<rule>`, three examples per rule in OUT/interleaved_text/node_examples.json)
+    and the quality settings of the document's kind (`web_quality`,
     `pdf_quality`: C4's curly-bracket and lorem-ipsum rules and FineWeb's line rules off by default)."""
 
     name, step, schema, config = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA, InterleavedTextConfig
@@ -846,10 +874,12 @@ class InterleavedTextStage(DocumentStage):
 
     def build(self, p, cfg, docs, root):
         step = self.step(self.name, {section: cfg[section] for section in (*self.settings_from, self.name)})
-        res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, "recycle", main="docs")
+        res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, "recycle", NODE_EXAMPLES,
+                                                                 main="docs")
         candidates = res.recycle | f"{self.name}/Recycle" >> beam.FlatMapTuple(
             lambda doc, reason, stage=self.name: recycle_candidates(doc, f"{stage}/{reason}"))
-        return Built(res.docs, res[DROPPED], res[COUNTERS], (write_recycle(candidates, root, self.name),))
+        return Built(res.docs, res[DROPPED], res[COUNTERS], (write_recycle(candidates, root, self.name),
+                                                             write_node_examples(res[NODE_EXAMPLES], root, self.name)))
 
 
 @register

@@ -254,8 +254,10 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
                       if key.startswith("images/")]
     image_counters += [[s["stage"], f"dropped/{reason}", n] for s in stages for reason, n in sorted(s["dropped"].items())
                        if reason in ("image_exact_dup", "image_near_dup", "image_semantic_dup", "multimodal_duplicate")]
+    paragraph_examples = {s["stage"]: io.read_json(io.join(root, s["stage"], "node_examples.json")) or {}
+                          for s in stages if any(k.startswith("nodes/removed:") for k in s.get("extra", {}))}
     return {"summary": summary, "figures": dict(figures), "examples": dict(examples), "mix": run_manifest,
-            "image_counters": image_counters,
+            "image_counters": image_counters, "paragraph_rules": _paragraph_rule_rows(summary, paragraph_examples),
             "phases": {name: io.read_json(io.join(root, "shards", name, "manifest.json"))
                        for name in ((run_manifest or {}).get("phases") or {})},
             "max_rows": max_rows}
@@ -304,6 +306,24 @@ def _line_step_rows(summary: dict) -> list[list]:
 LINE_STEP_HEADER = ["stage", "line step", "lines removed", "documents changed", "what it removes"]
 
 
+def _paragraph_rule_rows(summary: dict, examples: dict) -> list[list]:
+    """[stage, kind, rule, paragraphs removed, documents changed, examples] from the paragraph rules'
+    `nodes/removed:<kind>/<rule>` counters and their examples (OUT/<stage>/node_examples.json)."""
+    rows = []
+    for s in summary["stages"]:
+        extra = s.get("extra", {})
+        for key, n in sorted(extra.items()):
+            if key.startswith("nodes/removed:"):
+                kind, _, rule = key.removeprefix("nodes/removed:").partition("/")
+                shown = " ¶ ".join(e["text"] for e in examples.get(s["stage"], {}).get(f"{kind}/{rule}", []))
+                rows.append([s["stage"], kind, rule, n, extra.get(f"nodes/docs_changed:{kind}", 0), shown])
+    return rows
+
+
+PARAGRAPH_RULE_HEADER = ["stage", "kind", "paragraph rule", "paragraphs removed", "documents changed",
+                         "examples (three, ¶ between)"]
+
+
 def _skipped_models(summary: dict) -> list[str]:
     return sorted({f"{s['stage']}: {k} = {v}" for s in summary["stages"] for k, v in s.get("extra", {}).items()
                    if k.endswith("skipped_no_model") and v})
@@ -350,9 +370,12 @@ def render_html(data: dict) -> str:
                          f"{html.escape(json.dumps(mix.get('epoch_multipliers')))}; "
                          f"{(mix.get('twins') or {}).get('text_replaced', 0)} text documents replaced by their "
                          f"multimodal twin)</p>")
-        elif key == "quality" and (figures or steps):
+        elif key == "quality" and (figures or steps or data["paragraph_rules"]):
             parts.append(f"<h2>{title}</h2>" + (f"<p>Lines removed before the rules judged the documents:</p>"
-                                                 + _table(LINE_STEP_HEADER, steps) if steps else ""))
+                                                 + _table(LINE_STEP_HEADER, steps) if steps else "")
+                         + (f"<p>Paragraphs of interleaved documents removed before the document rules, by kind "
+                            f"of document (filters/nodes.py):</p>" + _table(PARAGRAPH_RULE_HEADER, data["paragraph_rules"])
+                            if data["paragraph_rules"] else ""))
         elif key == "images" and data["image_counters"]:
             parts.append(f"<h2>{title}</h2><p>Image counters (decoding, size rules, sha256 / pHash duplicates, "
                          f"frequent images):</p>" + _table(["stage", "counter", "value"], data["image_counters"]))
@@ -390,6 +413,10 @@ def render_markdown(data: dict) -> str:
     if steps:
         lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|---|"]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in steps]
+    if data["paragraph_rules"]:
+        lines += ["", "| " + " | ".join(PARAGRAPH_RULE_HEADER) + " |", "|---|---|---|---:|---:|---|"]
+        lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
+                  for row in data["paragraph_rules"]]
     if data["phases"]:
         lines += ["", "| " + " | ".join(PHASE_HEADER) + " |", "|" + "---|" * len(PHASE_HEADER)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in _phase_rows(data)]

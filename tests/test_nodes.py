@@ -111,7 +111,7 @@ def test_a_w3c_article_with_code_samples_loses_the_code_and_keeps_its_prose():
     doc = _web_doc("qa-html-dir.html")
     kept, tally = _screen(doc)
     assert not isinstance(kept, Drop)
-    assert tally["nodes/removed:node_special_characters"] >= 5
+    assert tally["nodes/removed:web/node_special_characters"] >= 5
     text = kept["text"]
     assert '<p dir="auto" class="u1">' not in text and "<bdi>" not in text
     assert "dir attribute" in text
@@ -130,7 +130,7 @@ def test_an_encyclopedia_capture_keeps_its_articles_and_loses_its_navigation():
     doc = _web_doc("wikipedia-main-page-2012.html")
     kept, tally = _screen(doc)
     assert not isinstance(kept, Drop), kept
-    assert tally["nodes/removed:node_words"] >= 20
+    assert tally["nodes/removed:web/node_words"] >= 20
     assert "Upload file" not in kept["text"] and "Nick Drake" in kept["text"]
     before, _ = _screen(doc, nodes={"enabled": False}, web_quality={})
     assert isinstance(before, Drop) and before.reason == "fineweb_short_lines"
@@ -153,3 +153,40 @@ def test_an_acl_paper_is_kept_with_its_abstract_first():
     first = " ".join(n["text"] for n in kept["nodes"][:8] if n["type"] == "text")
     words = tokenize(abstract.lower())
     assert sum(w in set(tokenize(first.lower())) for w in words) / len(words) >= 0.9
+
+
+def test_removed_paragraphs_in_a_run_and_its_report(tmp_path):
+    """The interleaved stages over the sample's real pages, 1 and 2 workers: the same documents byte for
+    byte; no removed paragraph left in a document; three examples per rule in node_examples.json, and
+    the report's table of paragraph rules per kind of document."""
+    from pipelines.config import load_config
+    from pipelines.report import write_report
+    from pipelines.run import run
+
+    stages = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
+              "interleaved_images", "interleaved_dedup", "interleaved_vlm", "interleaved_write"]
+    warc = Path(__file__).resolve().parents[1] / "sample" / "interleaved-dev-slice.warc.gz"
+    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+    outputs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers)
+        summary = run({**cfg, "stages": stages}, echo=False)
+        outputs[workers] = {p.name: p.read_bytes() for p in sorted((out / "docs" / "interleaved").glob("*.parquet"))}
+    assert outputs[1] and outputs[1] == outputs[2]
+    out = tmp_path / "w2"
+    stats = {s["stage"]: s for s in summary["stages"]}["interleaved_text"]
+    removed = {k: v for k, v in stats["extra"].items() if k.startswith("nodes/removed:web/")}
+    assert removed["nodes/removed:web/node_words"] > 0 and removed["nodes/removed:web/node_special_characters"] > 0
+    examples = json.loads((out / "interleaved_text" / "node_examples.json").read_text())
+    assert sorted(examples) == sorted(k.removeprefix("nodes/removed:") for k in removed)
+    assert all(1 <= len(v) <= 3 for v in examples.values())
+    import pyarrow.parquet as pq
+
+    kept = "\n".join(n["text"] or "" for f in sorted((out / "docs" / "interleaved").glob("*.parquet"))
+                     for row in pq.read_table(f).to_pylist() for n in row["nodes"] if n["type"] == "text")
+    assert all(e["text"] not in kept.split("\n") for v in examples.values() for e in v)
+    cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=2)
+    _, md = write_report(str(out), cfg)
+    report = Path(md).read_text()
+    assert "| interleaved_text | web | node_words |" in report
