@@ -123,13 +123,14 @@ def test_exact_duplicates_name_their_survivor(one_worker):
 
 @pytest.mark.parametrize("spread", [True, False])
 def test_two_workers_give_byte_identical_documents(one_worker, tmp_path, spread):
-    """The text branch's documents and the shards (the image branches and the multimodal shards have
-    their own such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py), with the
-    pages read reshuffled over the workers and processed where each file is read."""
+    """The text branch's documents and the shards, every branch run (the shards mix them all: a PDF of
+    the inputs is an interleaved document), with the pages read reshuffled over the workers and
+    processed where each file is read (the image branches and the multimodal shards have their own
+    such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py)."""
     out1, _ = one_worker
     cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2)
     cfg["read"] = {**cfg["read"], "spread_records": spread}
-    run({**cfg, "stages": TEXT_BRANCH + ["pack"]})
+    run(cfg)
     outputs = ["docs/text", "shards"]
     files1 = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
     files2 = sorted(p.relative_to(tmp_path) for o in outputs for p in (tmp_path / o).rglob("*") if p.is_file())
