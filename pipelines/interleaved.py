@@ -753,8 +753,9 @@ class ScreenText(DocumentStep):
     a rule of filters/nodes.py is removed (counted `nodes/removed:<reason>`), then the document rules
     judge what is left, with the quality settings of its kind (`web_quality`, `pdf_quality` over the
     `quality` section). The document keeps its remaining nodes, images in place, and gains `lang` and
-    every measured score. Counters `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the
-    removed paragraphs go out under NODE_EXAMPLES for the report's examples."""
+    every measured score. Counters `kind:<kind>/in` and `kind:<kind>/dropped:<reason>` (the document
+    rules' cost per kind), `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the removed
+    paragraphs go out under NODE_EXAMPLES for the report's examples."""
 
     def __init__(self, stage: str, cfg: dict):
         super().__init__(stage, cfg)
@@ -791,11 +792,13 @@ class ScreenText(DocumentStep):
 
     def step(self, doc):
         kind = "pdf" if doc.get("kind") == "pdf" else "web"
+        self.count(f"kind:{kind}/in")
         judged = {**doc, "lang": "", "lang_score": 0.0}
         for sub in (self.language, self.quality[kind], self.synthetic):
             sub.prepare([judged])  # batched model calls (the LM head), one document at a time here
             out = sub.step(judged)
             if isinstance(out, Drop):
+                self.count(f"kind:{kind}/dropped:{out.reason}")
                 judged = out.doc or judged
                 return Drop(out.reason, out.detail, self._verdict(doc, judged))
             judged = out

@@ -258,6 +258,7 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
                           for s in stages if any(k.startswith("nodes/removed:") for k in s.get("extra", {}))}
     return {"summary": summary, "figures": dict(figures), "examples": dict(examples), "mix": run_manifest,
             "image_counters": image_counters, "paragraph_rules": _paragraph_rule_rows(summary, paragraph_examples),
+            "kinds": _kind_rows(summary),
             "phases": {name: io.read_json(io.join(root, "shards", name, "manifest.json"))
                        for name in ((run_manifest or {}).get("phases") or {})},
             "max_rows": max_rows}
@@ -320,6 +321,22 @@ def _paragraph_rule_rows(summary: dict, examples: dict) -> list[list]:
     return rows
 
 
+def _kind_rows(summary: dict) -> list[list]:
+    """[stage, kind, documents in, kept, drop reasons] from the `kind:<kind>/...` counters of a stage that
+    judges documents of several kinds (interleaved_text: web pages and PDFs)."""
+    rows = []
+    for s in summary["stages"]:
+        extra = s.get("extra", {})
+        for key, n in sorted(extra.items()):
+            if key.startswith("kind:") and key.endswith("/in"):
+                kind = key.removeprefix("kind:").removesuffix("/in")
+                drops = {k.rpartition(":")[2]: v for k, v in extra.items() if k.startswith(f"kind:{kind}/dropped:")}
+                rows.append([s["stage"], kind, n, n - sum(drops.values()),
+                             ", ".join(f"{r}={v}" for r, v in sorted(drops.items(), key=lambda kv: (-kv[1], kv[0])))])
+    return rows
+
+
+KIND_HEADER = ["stage", "kind", "documents in", "kept", "drop reasons"]
 PARAGRAPH_RULE_HEADER = ["stage", "kind", "paragraph rule", "paragraphs removed", "documents changed",
                          "examples (three, ¶ between)"]
 
@@ -370,9 +387,11 @@ def render_html(data: dict) -> str:
                          f"{html.escape(json.dumps(mix.get('epoch_multipliers')))}; "
                          f"{(mix.get('twins') or {}).get('text_replaced', 0)} text documents replaced by their "
                          f"multimodal twin)</p>")
-        elif key == "quality" and (figures or steps or data["paragraph_rules"]):
+        elif key == "quality" and (figures or steps or data["paragraph_rules"] or data["kinds"]):
             parts.append(f"<h2>{title}</h2>" + (f"<p>Lines removed before the rules judged the documents:</p>"
                                                  + _table(LINE_STEP_HEADER, steps) if steps else "")
+                         + (f"<p>Document rules by kind of document:</p>" + _table(KIND_HEADER, data["kinds"])
+                            if data["kinds"] else "")
                          + (f"<p>Paragraphs of interleaved documents removed before the document rules, by kind "
                             f"of document (filters/nodes.py):</p>" + _table(PARAGRAPH_RULE_HEADER, data["paragraph_rules"])
                             if data["paragraph_rules"] else ""))
@@ -413,6 +432,9 @@ def render_markdown(data: dict) -> str:
     if steps:
         lines += ["", "| " + " | ".join(LINE_STEP_HEADER) + " |", "|---|---|---:|---:|---|"]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in steps]
+    if data["kinds"]:
+        lines += ["", "| " + " | ".join(KIND_HEADER) + " |", "|---|---|---:|---:|---|"]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in data["kinds"]]
     if data["paragraph_rules"]:
         lines += ["", "| " + " | ".join(PARAGRAPH_RULE_HEADER) + " |", "|---|---|---|---:|---:|---|"]
         lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"

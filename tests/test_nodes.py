@@ -59,6 +59,25 @@ def test_repetition_ratios_are_obelics_definitions():
         assert word_repetition(words, 5) == pytest.approx(_obelics_word_repetition(words, 5))
 
 
+def test_special_characters_are_what_is_not_a_letter_or_a_mark():
+    """The rule counts runs of a regex; the oracle classifies each character (a letter: alphanumeric but not a
+    decimal digit; a mark: a combining mark, ZWNJ or ZWJ)."""
+    import unicodedata
+
+    from filters.nodes import _SPECIAL_RUN
+
+    def special(ch):
+        letter = ch.isalnum() and not ch.isdecimal()
+        mark = unicodedata.category(ch)[0] == "M" or ch in "\u200c\u200d"
+        return not (letter or mark)
+
+    rng = random.Random(3)
+    alphabet = "aZé ü\t\n0975٣,.;!?-_|{}()<>/\\\"'%$€²½Ⅻनिकोड因参加、。가각🙂\u0301\u200d"
+    for _ in range(500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+        assert sum(map(len, _SPECIAL_RUN.findall(text))) == sum(map(special, text)), repr(text)
+
+
 def test_char_repetition_is_off_by_default_and_available():
     loop = "buy cheap shoes online now " * 3
     assert judge_paragraph("A sentence that says the same: the same thing, the same thing, again and again.", RULES) is None
@@ -190,3 +209,5 @@ def test_removed_paragraphs_in_a_run_and_its_report(tmp_path):
     _, md = write_report(str(out), cfg)
     report = Path(md).read_text()
     assert "| interleaved_text | web | node_words |" in report
+    web_in = stats["extra"]["kind:web/in"]
+    assert web_in == stats["in"] and f"| interleaved_text | web | {web_in} | {stats['out']} |" in report
