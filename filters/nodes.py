@@ -16,10 +16,11 @@ with its thresholds:
   prose); the word rule below catches loops;
 - `node_word_repetition`: word 5-grams that occur more than once, their share of all > 0.1;
 - `node_special_characters`: characters that are not letters or combining marks (punctuation, symbols,
-  digits, whitespace) > 0.3 of the paragraph: code, markup, number tables, separator rows;
+  digits, whitespace) > 0.3 of the paragraph (a table row's cell separators counted as the space they
+  stand for): code, markup, number tables, separator rows;
 - `node_punctuation`: a paragraph of 12 or more words and punctuation marks with less than 0.1% of
   them punctuation (`, ; : ? ! .` and their forms in CJK, Arabic, Greek, Devanagari, Armenian and
-  Ethiopic text): a run of keywords, not prose.
+  Ethiopic text; a table row's cell separators count too): a run of keywords, not prose.
 OBELICS's English-only node rules (stop-word and common-word ratios, flagged words) are left out:
 the documents here are in any language, and the document-level rules (the quality stage's, per kind
 of document) judge the rest.
@@ -39,6 +40,10 @@ from filters.quality import _MARKS, tokenize
 # Runs of characters that are neither letters (any script: \w less digits and "_") nor combining marks:
 # punctuation, symbols, digits, whitespace (matched as runs: far fewer matches than characters).
 _SPECIAL_RUN = re.compile(rf"(?:(?![{_MARKS}])[\W\d_])+")
+# Between the cells of a table row (extract/interleaved.py renders rows so): the special-character rule
+# sees it as the space it stands for, and the punctuation rule counts it as a mark (a row's cells are no
+# keyword run).
+CELL_SEPARATOR = " | "
 # OBELICS's punctuation (, ; : ? ! .), and the same marks of other scripts: full-width and CJK, Arabic
 # (، ؛ ؟ ۔), Greek question mark, Devanagari danda, Armenian, Ethiopic.
 _PUNCTUATION = re.compile("[,;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"
@@ -96,9 +101,10 @@ def judge_paragraph(text: str, rules: NodeRules) -> str | None:
         return "node_char_repetition"
     if word_repetition(words, rules.word_repetition_n) > rules.max_word_repetition:
         return "node_word_repetition"
-    if sum(map(len, _SPECIAL_RUN.findall(text))) / len(text) > rules.max_special_characters:
+    plain = text.replace(CELL_SEPARATOR, " ") if CELL_SEPARATOR in text else text  # cells as the page shows them
+    if sum(map(len, _SPECIAL_RUN.findall(plain))) / len(plain) > rules.max_special_characters:
         return "node_special_characters"
-    marks = len(_PUNCTUATION.findall(text))
+    marks = len(_PUNCTUATION.findall(text)) + text.count(CELL_SEPARATOR)
     if len(words) + marks >= rules.punctuation_min_words and marks / (len(words) + marks) < rules.min_punctuation:
         return "node_punctuation"
     return None

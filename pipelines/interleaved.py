@@ -40,7 +40,7 @@ from dedup.image import SplitFrequentImageUrls
 from dedup.multimodal import DedupSameImages, ImageReach, image_set_key
 from dedup.near import DUPLICATES, PARTITION, SURVIVOR_RULES
 from extract.interleaved import recycle_candidates
-from filters.nodes import NodeRules, filter_text_nodes
+from filters.nodes import CELL_SEPARATOR, NodeRules, filter_text_nodes
 from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
@@ -720,9 +720,12 @@ def write_node_examples(examples, root: str, stage: str):
 # The quality settings that differ for interleaved documents, by kind, over the `quality` section: C4's
 # curly-bracket and lorem-ipsum rules were written against JavaScript and template pages and drop the
 # technical articles and papers this branch exists for (their code samples, their math, a paper that
-# names the phrase); FineWeb's line rules judge the line format of a web page's main text, which the
-# paragraph rules (filters/nodes.py) judge here, one paragraph at a time, as OBELICS does.
-KIND_QUALITY = {"c4_filter_curly_bracket": False, "c4_filter_lorem_ipsum": False, "fineweb": False}
+# names the phrase); FineWeb's line rules judge the line format of a web page's main text, and the
+# boilerplate model (fitted on news articles' main text) takes table rows and list items for menus and
+# removes them from the copy the rules judge: the paragraph rules (filters/nodes.py) judge lines here,
+# one paragraph at a time, as OBELICS does. On the dev set the model's removal changes no fate.
+KIND_QUALITY = {"c4_filter_curly_bracket": False, "c4_filter_lorem_ipsum": False, "fineweb": False,
+                "boilerplate_model": False}
 
 
 class InterleavedTextConfig(Section):
@@ -752,7 +755,8 @@ class ScreenText(DocumentStep):
     is not worth fetching images for. Each paragraph (a web page's line, a PDF's text block) that fails
     a rule of filters/nodes.py is removed (counted `nodes/removed:<reason>`), then the document rules
     judge what is left, with the quality settings of its kind (`web_quality`, `pdf_quality` over the
-    `quality` section). The document keeps its remaining nodes, images in place, and gains `lang` and
+    `quality` section), a web page's table rows without their cell separators (` | `, which Gopher's
+    alphabetic-word rule would count as words without a letter). The document keeps its remaining nodes, images in place, and gains `lang` and
     every measured score. Counters `kind:<kind>/in` and `kind:<kind>/dropped:<reason>` (the document
     rules' cost per kind), `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the removed
     paragraphs go out under NODE_EXAMPLES for the report's examples."""
@@ -804,6 +808,8 @@ class ScreenText(DocumentStep):
             judged = out
             if sub is self.language:  # the paragraphs are judged knowing the language, before the document
                 judged = self._judge_paragraphs(judged, kind)
+                if kind == "web":  # the document rules count a table's words, not its cell separators
+                    judged = {**judged, "text": judged["text"].replace(CELL_SEPARATOR, " ")}
         return self._verdict(doc, judged)
 
     def _judge_paragraphs(self, doc: dict, kind: str) -> dict:
@@ -864,7 +870,8 @@ class InterleavedTextStage(DocumentStage):
     OBELICS's paragraph rules first (filters/nodes.py: failing paragraphs removed, counted
     `nodes/removed:<kind>/<rule>`, three examples per rule in OUT/interleaved_text/node_examples.json)
     and the quality settings of the document's kind (`web_quality`,
-    `pdf_quality`: C4's curly-bracket and lorem-ipsum rules and FineWeb's line rules off by default)."""
+    `pdf_quality`: C4's curly-bracket and lorem-ipsum rules, FineWeb's line rules and the boilerplate model
+    off by default)."""
 
     name, step, schema, config = "interleaved_text", ScreenText, INTERLEAVED_SCHEMA, InterleavedTextConfig
     settings_from, outputs = ("language", "quality", "synthetic"), ("recycle/interleaved_text",)
