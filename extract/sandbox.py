@@ -677,6 +677,9 @@ def _answer_html(op: bytes, engine: int, body: bytearray) -> tuple[bytes, bytes]
     try:
         if op == b"L":
             run_engine("<p>warm up</p>", ENGINES[engine])  # imports the engine, touches its tables
+            if ENGINES[engine] == "resiliparse":  # the page steps' modules too: no page pays their import
+                for step in PAGE_STEPS:
+                    _step_function(step)
             return b"O", b""
         return b"O", run_engine(body.decode("utf-8"), ENGINES[engine]).encode("utf-8", "surrogatepass")
     except Exception as err:
