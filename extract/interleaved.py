@@ -26,7 +26,6 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ELEMENT, HTMLTree
 
 from extract.images import MARKER, ImageRef, image_refs, without_marker_lookalikes
-from filters.nodes import CELL_SEPARATOR  # between a table row's cells in a text node
 
 # Subtrees that are page chrome, code or controls, not content.
 # (script, style, noscript and template the extractor skips by itself; `area` is the one element besides
@@ -36,6 +35,7 @@ CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "if
 HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
 HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 CELL_GAP = re.compile(r"\t+")
+CELL_SEPARATOR = " | "  # between a table row's cells in a text node (filters/nodes.py reads rows so)
 
 # A run of blank lines is matched from the start of its run of blanks only: the same matches, linear (tried
 # at every blank, the pattern ran to the run's end each time, quadratic: 80,000 newlines took 12 s).

@@ -35,15 +35,14 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+# CELL_SEPARATOR, between a table row's cells: the special-character rule sees it as the space it stands
+# for, and the punctuation rule counts it as a mark (a row's cells are no keyword run).
+from extract.interleaved import CELL_SEPARATOR
 from filters.quality import _MARKS, tokenize
 
 # Runs of characters that are neither letters (any script: \w less digits and "_") nor combining marks:
 # punctuation, symbols, digits, whitespace (matched as runs: far fewer matches than characters).
 _SPECIAL_RUN = re.compile(rf"(?:(?![{_MARKS}])[\W\d_])+")
-# Between the cells of a table row (extract/interleaved.py renders rows so): the special-character rule
-# sees it as the space it stands for, and the punctuation rule counts it as a mark (a row's cells are no
-# keyword run).
-CELL_SEPARATOR = " | "
 # OBELICS's punctuation (, ; : ? ! .), and the same marks of other scripts: full-width and CJK, Arabic
 # (، ؛ ؟ ۔), Greek question mark, Devanagari danda, Armenian, Ethiopic.
 _PUNCTUATION = re.compile("[,;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"

@@ -39,8 +39,8 @@ from pydantic import Field, StrictBool, field_validator
 from dedup.image import SplitFrequentImageUrls
 from dedup.multimodal import DedupSameImages, ImageReach, image_set_key
 from dedup.near import DUPLICATES, PARTITION, SURVIVOR_RULES
-from extract.interleaved import recycle_candidates
-from filters.nodes import CELL_SEPARATOR, NodeRules, filter_text_nodes
+from extract.interleaved import CELL_SEPARATOR, recycle_candidates
+from filters.nodes import NodeRules, filter_text_nodes
 from pipelines import io
 from pipelines.io import SCORES
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
