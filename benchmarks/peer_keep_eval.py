@@ -3,7 +3,7 @@
     python benchmarks/peer_keep_eval.py --run OUT --datatrove-python VENV/bin/python \\
         [--warc ../shared/data/corpus/mixed-dev.warc.gz] [--labels ../shared/data/corpus/mixed-dev.labels.jsonl]
 
-OUT is a finished `curate run` over --warc (any config: the text branch of README's text_branch_eval
+OUT is a finished `curate run` over --warc (any config: the text branch of docs/benchmarks.md's text_branch_eval
 example, say). datatrove runs the recipe of benchmarks/end_to_end.py (URL filter, extraction, fastText
 language ID keeping English, Gopher repetition and quality, C4 without the terminal-punctuation line rule,
 FineWeb quality; no dedup) twice: with resiliparse's main-content extraction and with trafilatura

@@ -26,7 +26,7 @@ of 4 words or more ending in a colon (labels such as "Tags:" and "Read more:" ar
 those pages lose 164 lines (menus, footers, contact lines, dates, "Quick check" boxes, some headings)
 and scrapinghub's held-out F1 goes from 0.953 to 0.946; keeping headlines is most of that (0.947
 with the first line alone). On mixed-dev, keeping them also keeps the repetition rules' verdict on
-generated pages whose headline restates the first words of their text (README, text branch).
+generated pages whose headline restates the first words of their text (docs/benchmarks.md, text_branch_eval.py).
 
 Per non-blank line, language-neutral features (no word lists, so a German or Chinese page is judged as an
 English one): its length in columns (East-Asian wide characters count 2), capitalised-word, digit and

@@ -619,14 +619,14 @@ class _QualitySettings(BaseModel):
         "in punctuation or with a sentence end in it, 200 columns long, ending in a colon after 4 words, or between "
         "two lines with sentences always stays) before the rules; the document rules see the cleaned text. "
         "Held-out F1 0.940 -> 0.946 on the scrapinghub pages; on mixed-dev 9 more human pages kept, llm and "
-        "poor_mt kept unchanged (README, text branch)."))
+        "poor_mt kept unchanged (docs/benchmarks.md, text_branch_eval.py)."))
     template_lines: StrictBool = Field(True, description=(
         "Remove per-host template lines before the other line steps and the rules: a line (normalised: "
         "whitespace, case, digits as 0) on >= template_lines_min_pages distinct pages of the same host, and "
         "on >= template_lines_min_share of them (filters/template_lines.py; C4, OBELICS, RefinedWeb remove "
         "lines repeated across pages). A cross-page step: `curate extract` reads its inputs twice for it. On "
         "mixed-dev it removes 1,000 boilerplate lines from 775 pages and moves labelled outcomes by a page or "
-        "two (README, text branch)."))
+        "two (docs/benchmarks.md, text_branch_eval.py)."))
     template_lines_min_pages: _number_type(int, optional=False, minimum=2) = Field(3, description=(
         "Distinct pages of a host (copies with the same lines count once) a template line is on at least."))
     template_lines_min_share: float = Field(0.1, ge=0, le=1, description=(

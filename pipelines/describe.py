@@ -1,6 +1,6 @@
 """`curate stages`: every registered stage with what it does, what it reads and writes, the reasons it
 drops with, and every config key with its default and meaning, generated from the registry and the
-config models. The README's stage reference is this output (a test keeps them equal)."""
+config models. docs/stages.md is this output (a test keeps them equal)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ AUTO_BYTES_PER_WORKER = 32 << 20
 
 def local_workers(workers: int | str, input_bytes: int) -> int:
     """`workers`, or for "auto" one worker per AUTO_BYTES_PER_WORKER of input, at most one per core. On
-    2 cores (benchmarks/end_to_end.py, README "Runners"): a second local worker made the whole run slower
+    2 cores (benchmarks/end_to_end.py, docs/design.md "Runners"): a second local worker made the whole run slower
     on the 9 MB sample (40.1 s vs 30.0 s) and on mixed-dev's 17 MB (text branch 18.0 vs 15.6 s), and
     1.16-1.33x faster at ~90 MB: each of the ~420 fused stages costs a worker round trip, and the
     runner process serves every worker's data from one core."""

@@ -1,6 +1,6 @@
 """The typed run config and the stage contract: every section validated before any pipeline, the
 documented reference config listing exactly the model's keys, a stage registered at run time counted,
-dropped and written like the built-in ones, and the README's stage reference generated from the code."""
+dropped and written like the built-in ones, and docs/stages.md generated from the code."""
 
 from __future__ import annotations
 
@@ -160,10 +160,10 @@ def test_scores_are_a_parquet_map(tmp_path):
     assert words and all(isinstance(w, float) and w > 0 for w in words)
 
 
-def test_readme_stage_reference_is_generated_from_the_code():
-    readme = (ROOT / "README.md").read_text()
+def test_stage_reference_is_generated_from_the_code():
+    readme = (ROOT / "docs" / "stages.md").read_text()
     block = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip("\n") + "\n"
-    assert block == stage_reference(), "README stage reference is stale: paste `curate stages` between the markers"
+    assert block == stage_reference(), "docs/stages.md is stale: paste `curate stages` between the markers"
 
 
 def test_curate_stages_prints_every_stage_reason_and_key():
