@@ -103,7 +103,7 @@ def evaluate(out: Path, labels_path: str, pdf_labels_path: str) -> dict:
         pdfs[lab["url"].rsplit("/", 1)[-1]] = entry
     stats = json.loads((out / "interleaved_text" / "stats.json").read_text()) if (
         out / "interleaved_text" / "stats.json").exists() else {}
-    nodes = {k: v for k, v in (stats.get("extra") or stats.get("counters") or {}).items() if k.startswith("nodes/")}
+    nodes = {k: v for k, v in stats.get("extra", {}).items() if k.startswith("nodes/")}
     return {"web": {"pages_with_large_images": len(web), "kept": sum(web),
                     "share": round(sum(web) / len(web), 3) if web else None, "lost": lost},
             "pdf": pdfs, "nodes": nodes}

@@ -284,7 +284,14 @@ def _meta_charset(head: bytes) -> str | None:
 def _detect(payload: bytes) -> str | None:
     """uchardet's charset, or None where it has no verdict. Only asked about bytes that are not UTF-8, where its
     "utf-8" is resiliparse's fallback for "unknown"; UTF-16 was settled by _utf16_layout."""
-    detected = _codec(detect_encoding(payload, max_len=DETECT_SAMPLE))
+    try:
+        detected = _codec(detect_encoding(payload, max_len=DETECT_SAMPLE))
+    except BaseException as err:  # the detector (Rust) panicked on these bytes: no verdict, as for any other
+        from extract.sandbox import is_panic
+
+        if not is_panic(err):
+            raise
+        return None
     return None if detected in ("utf-8",) + _UTF16 else detected
 
 
@@ -519,12 +526,6 @@ def page_html(page: dict, max_bytes: int) -> tuple[str | None, str]:
         try:
             html = decode_html(payload, page.get("http_charset") or "").text
         except ExtractionError:
-            return None, "undecodable"
-        except BaseException as err:  # the charset detector (Rust) panicked on these bytes
-            from extract.sandbox import is_panic
-
-            if not is_panic(err):
-                raise
             return None, "undecodable"
     if len(html) > max_bytes:
         return None, "too_large"

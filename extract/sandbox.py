@@ -172,7 +172,7 @@ def extract(html: str, engine: str, timeout_ms: float, utf8: bytes | None = None
     return _pool().extract(html, engine, timeout_ms, utf8, one_cpu)
 
 
-def run_page_step(step: str, html: str, args: tuple, timeout_ms: float, utf8: bytes | None = None):
+def run_page_step(step: str, html: str, args: tuple, timeout_ms: float):
     """PAGE_STEPS[step](html, *args) within `timeout_ms`: in process where in_process_is_safe admits the
     page (its worst case is bounded by its size, so nothing needs interrupting; no async exception is
     ever raised into the library), else in an HTML child, on one CPU with the calling thread. Both
@@ -187,7 +187,7 @@ def run_page_step(step: str, html: str, args: tuple, timeout_ms: float, utf8: by
             if is_panic(err):
                 raise SandboxError("page_error", f"{step}: {err!r}"[:300]) from None
             raise
-    return _pool().page_step(step, html, args, timeout_ms, utf8)
+    return _pool().page_step(step, html, args, timeout_ms)
 
 
 def parse_pdf(data: bytes, timeout_ms: float, memory_mb: int, max_pages: int, min_image_side: int) -> dict:
@@ -512,14 +512,13 @@ class _Pool:
             raise SandboxError("extract_error", body.decode("utf-8", "replace"))
         return body.decode("utf-8", "surrogatepass")
 
-    def page_step(self, step: str, html: str, args: tuple, timeout_ms: float, utf8: bytes | None) -> object:
+    def page_step(self, step: str, html: str, args: tuple, timeout_ms: float) -> object:
         try:
             child = self._checkout("html", "resiliparse")
         except SandboxError as err:
             raise SandboxError("page_error", f"{step}: {err.detail}") from None
         packed = pickle.dumps(args, protocol=5)
-        body = b"".join((_STEP_ARGS.pack(len(packed)), packed,
-                         utf8 if utf8 is not None else html.encode("utf-8", "replace")))
+        body = b"".join((_STEP_ARGS.pack(len(packed)), packed, html.encode("utf-8", "replace")))
         status, answer = self._ask(child, b"S", list(PAGE_STEPS).index(step), body, timeout_ms, True,
                                    ("page_error", "page_timeout"), f"{step}: ")
         if status == b"R":

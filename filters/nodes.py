@@ -11,9 +11,8 @@ with its thresholds:
   or Kana character, so a Chinese paragraph is not one word);
 - `node_char_repetition` (off by default): character 10-grams, the share of all of them taken by the
   most repeated (at most sqrt(distinct) of those that occur more than once) > 0.1. On paragraphs its
-  sqrt cap ranks a phrase loop ("buy cheap shoes online now" x 2..10: 0.19-0.23) below real prose
-  (up to 0.29 on the dev set's 4,000 real paragraphs, where OBELICS's 0.1 removed 211 of them, mostly
-  prose); the word rule below catches loops;
+  sqrt cap ranks a phrase loop below real prose (docs/design.md, "Interleaved documents"); the word
+  rule below catches loops;
 - `node_word_repetition`: word 5-grams that occur more than once, their share of all > 0.1;
 - `node_special_characters`: characters that are not letters or combining marks (punctuation, symbols,
   digits, whitespace) > 0.3 of the paragraph (a table row's cell separators counted as the space they
@@ -107,9 +106,6 @@ def judge_paragraph(text: str, rules: NodeRules) -> str | None:
     if len(words) + marks >= rules.punctuation_min_words and marks / (len(words) + marks) < rules.min_punctuation:
         return "node_punctuation"
     return None
-
-
-REASONS = ("node_words", "node_char_repetition", "node_word_repetition", "node_special_characters", "node_punctuation")
 
 
 def filter_text_nodes(nodes: list[dict], rules: NodeRules, by_line: bool) -> tuple[list[dict], list[tuple[str, str]]]:

@@ -723,7 +723,7 @@ def write_node_examples(examples, root: str, stage: str):
 # names the phrase); FineWeb's line rules judge the line format of a web page's main text, and the
 # boilerplate model (fitted on news articles' main text) takes table rows and list items for menus and
 # removes them from the copy the rules judge: the paragraph rules (filters/nodes.py) judge lines here,
-# one paragraph at a time, as OBELICS does. On the dev set the model's removal changes no fate.
+# one paragraph at a time, as OBELICS does.
 KIND_QUALITY = {"c4_filter_curly_bracket": False, "c4_filter_lorem_ipsum": False, "fineweb": False,
                 "boilerplate_model": False}
 
@@ -749,14 +749,19 @@ class InterleavedTextConfig(Section):
         return value
 
 
+def _kind(doc: dict) -> str:
+    """The kind of document whose rules judge it: "pdf", or "web" (a web page's linearisation)."""
+    return "pdf" if doc.get("kind") == "pdf" else "web"
+
+
 class ScreenText(DocumentStep):
     """The text branch's language, quality and synthetic-text steps on a document's text (its text blocks
     joined), with the paragraph rules between language and quality: a page the text branch would reject
     is not worth fetching images for. Each paragraph (a web page's line, a PDF's text block) that fails
-    a rule of filters/nodes.py is removed (counted `nodes/removed:<reason>`), then the document rules
-    judge what is left, with the quality settings of its kind (`web_quality`, `pdf_quality` over the
-    `quality` section), a web page's table rows without their cell separators (` | `, which Gopher's
-    alphabetic-word rule would count as words without a letter). The document keeps its remaining nodes, images in place, and gains `lang` and
+    a rule of filters/nodes.py is removed, then the document rules judge what is left, with the quality
+    settings of its kind (`web_quality`, `pdf_quality` over the `quality` section), a web page's table
+    rows without their cell separators (` | `, which Gopher's alphabetic-word rule would count as words
+    without a letter). The document keeps its remaining nodes, images in place, and gains `lang` and
     every measured score. Counters `kind:<kind>/in` and `kind:<kind>/dropped:<reason>` (the document
     rules' cost per kind), `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the removed
     paragraphs go out under NODE_EXAMPLES for the report's examples."""
@@ -790,12 +795,12 @@ class ScreenText(DocumentStep):
             if isinstance(out, beam.pvalue.TaggedOutput) and out.tag == DROPPED:
                 # its images, for the pairs branch when it recycles these (image_pairs.recycle)
                 yield beam.pvalue.TaggedOutput("recycle", (doc, out.value["reason"]))
-        kind = "pdf" if doc.get("kind") == "pdf" else "web"
-        for reason, paragraph in self._removed:  # candidates for the report's examples
-            yield beam.pvalue.TaggedOutput(NODE_EXAMPLES, (f"{kind}/{reason}", {"url": doc["url"], "text": paragraph[:300]}))
+        for reason, paragraph in self._removed:  # set by step(): candidates for the report's examples
+            yield beam.pvalue.TaggedOutput(NODE_EXAMPLES, (f"{_kind(doc)}/{reason}",
+                                                           {"url": doc["url"], "text": paragraph[:300]}))
 
     def step(self, doc):
-        kind = "pdf" if doc.get("kind") == "pdf" else "web"
+        kind = _kind(doc)
         self.count(f"kind:{kind}/in")
         judged = {**doc, "lang": "", "lang_score": 0.0}
         for sub in (self.language, self.quality[kind], self.synthetic):

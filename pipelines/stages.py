@@ -222,7 +222,6 @@ class ExtractText(DocumentStep):
 
     def step(self, raw):
         from extract.html import ExtractionError, decode_html, extract_main_text
-        from extract.sandbox import is_panic
 
         doc = {k: raw[k] for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         payload = raw["payload"] or b""
@@ -241,10 +240,6 @@ class ExtractText(DocumentStep):
         except ExtractionError as err:
             return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run
-            return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
-        except BaseException as err:  # a Rust library's panic on this page's bytes (the charset detector)
-            if not is_panic(err):
-                raise
             return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
         text = text.strip()
         scores = {"html_bytes": float(len(payload)), "text_chars": float(len(text))}

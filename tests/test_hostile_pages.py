@@ -98,8 +98,8 @@ def test_marker_lookalikes_on_the_page_cannot_move_an_image():
 def test_the_child_gives_what_the_worker_computes(path):
     html = path.read_text()
     pool = sandbox._pool()
-    assert pool.page_step("linearise", html, (URL,), 10_000, None) == linearise_rows(html, URL)
-    assert pool.page_step("image_refs", html, (URL, 200), 10_000, None) == image_ref_rows(html, URL, 200)
+    assert pool.page_step("linearise", html, (URL,), 10_000) == linearise_rows(html, URL)
+    assert pool.page_step("image_refs", html, (URL, 200), 10_000) == image_ref_rows(html, URL, 200)
 
 
 def test_a_library_panic_costs_the_page_and_a_bug_fails_loudly(monkeypatch):
@@ -117,7 +117,7 @@ def test_a_library_panic_costs_the_page_and_a_bug_fails_loudly(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         linearise_bounded(small, URL, 5000)
     with pytest.raises(PageStepError, match="TypeError"):  # in the child: the step called wrongly is a bug
-        sandbox._pool().page_step("linearise", small, (URL, "one argument too many"), 5000, None)
+        sandbox._pool().page_step("linearise", small, (URL, "one argument too many"), 5000)
 
 
 def _dropped(out: Path, stage: str) -> dict[str, tuple[str, str]]:
