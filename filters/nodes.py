@@ -20,9 +20,11 @@ with its thresholds:
 - `node_punctuation`: a paragraph of 12 or more words and punctuation marks with less than 0.1% of
   them punctuation (`, ; : ? ! .` and their forms in CJK, Arabic, Greek, Devanagari, Armenian and
   Ethiopic text; a table row's cell separators count too): a run of keywords, not prose.
-OBELICS's English-only node rules (stop-word and common-word ratios, flagged words) are left out:
-the documents here are in any language, and the document-level rules (the quality stage's, per kind
-of document) judge the rest.
+A PDF's block that fails the punctuation rule alone but carries on a passing neighbour's sentence stays
+(`continues`: a wrapped line a column break left alone); PDFs' thresholds differ where scholarly text
+needs it (`interleaved_text.pdf_nodes`). OBELICS's English-only node rules (stop-word and common-word
+ratios, flagged words) are left out: the documents here are in any language, and the document-level
+rules (the quality stage's, per kind of document) judge the rest.
 """
 
 from __future__ import annotations
@@ -108,23 +110,60 @@ def judge_paragraph(text: str, rules: NodeRules) -> str | None:
     return None
 
 
+# A block that ends in one of these (or in a closing quote or bracket after one) ends its sentence.
+_SENTENCE_END = ".!?:;\u3002\uff01\uff1f\u0964\u06d4\u061f\u0589\u1362"
+_CLOSERS = "\"'\u201d\u2019)]\u00bb"
+
+
+def continues(block: str, next_block: str) -> bool:
+    """Whether `next_block` carries on a sentence `block` leaves open, as where a PDF's layout breaks a
+    paragraph across columns or pages: `block` ends in a letter, a hyphen or a comma (not a sentence
+    end, not a page number) and `next_block` starts with a lower-case letter (scripts without case
+    never join)."""
+    end = block.rstrip().rstrip(_CLOSERS)
+    return bool(end) and (end[-1].isalpha() or end[-1] in "-,\u2010") and next_block.lstrip()[:1].islower()
+
+
+def _rescued(texts: list, i: int, verdicts: list, rules: NodeRules) -> bool:
+    """Whether text block `i`, which fails the punctuation rule alone, carries on the sentence of a
+    neighbouring block that passes (next to it in reading order), and the two pass as one paragraph:
+    a wrapped line of prose left alone by a column or page break has no punctuation mark of its own.
+    (The other rules judge what a block is, however the layout cut it.)"""
+    if verdicts[i] != "node_punctuation":
+        return False
+    for a, b in ((i - 1, i), (i, i + 1)):
+        if 0 <= a and b < len(texts) and texts[a] is not None and texts[b] is not None \
+                and verdicts[a + b - i] is None and continues(texts[a], texts[b]) \
+                and judge_paragraph(f"{texts[a].strip()} {texts[b].strip()}", rules) is None:
+            return True
+    return False
+
+
 def filter_text_nodes(nodes: list[dict], rules: NodeRules, by_line: bool) -> tuple[list[dict], list[tuple[str, str]]]:
-    """The nodes with every failing paragraph removed from their text (`by_line`: a paragraph is a line
-    of a text node, else the whole node) and text nodes left empty removed; image nodes keep their place
-    (and their caption and alt). Also (reason, paragraph) for each paragraph removed, in order."""
+    """The nodes with every failing paragraph removed from their text and text nodes left empty removed;
+    image nodes keep their place (and their caption and alt). A paragraph is a line of a text node
+    (`by_line`: a web page's linearisation), else a whole text node (a PDF's block); a block that fails
+    the punctuation rule alone stays when it carries on the sentence of a neighbouring block that
+    passes and the two pass together (one wrapped line of a paragraph broken at a column's foot). Also
+    (reason, paragraph) for each paragraph removed, in order."""
     if not rules.enabled:
         return nodes, []
+    if not by_line:
+        texts = [n["text"] if n["type"] == "text" else None for n in nodes]
+        verdicts = [judge_paragraph(t, rules) if t is not None and t.strip() else None for t in texts]
+        for i, verdict in enumerate(verdicts):
+            if _rescued(texts, i, verdicts, rules):
+                verdicts[i] = None
+        removed = [(v, t) for v, t in zip(verdicts, texts) if v is not None]
+        return [n for n, v in zip(nodes, verdicts) if v is None and (n["type"] != "text" or n["text"].strip())], removed
     out, removed = [], []
     for node in nodes:
         if node["type"] != "text":
             out.append(node)
             continue
         kept = []
-        for paragraph in node["text"].split("\n") if by_line else [node["text"]]:
-            if not paragraph.strip():
-                kept.append(paragraph)
-                continue
-            reason = judge_paragraph(paragraph, rules)
+        for paragraph in node["text"].split("\n"):
+            reason = judge_paragraph(paragraph, rules) if paragraph.strip() else None
             if reason is None:
                 kept.append(paragraph)
             else:

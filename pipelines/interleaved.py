@@ -80,8 +80,9 @@ class InterleavedConfig(Section):
                                                        "ads, badge, button), as OBELICS's URL ban words")
     max_pages_per_url: int = Field(10, ge=1, description="an image URL on more documents than this is site chrome "
                                                          "(OBELICS: 10)")
-    max_aspect: float = Field(2.0, gt=0, description="decoded: longer side / shorter side above this drops the image "
-                                                     "(OBELICS: 2); both sides must also reach min_side")
+    max_aspect: float = Field(3.0, gt=0, description="decoded: longer side / shorter side above this drops the image "
+                                                     "(the pairs branch's 3: wide diagrams stay, banners from 3.9:1 "
+                                                     "go); both sides must also reach min_side")
     max_images: int = Field(30, ge=1, description="a document with more images after decoding is too_many_images "
                                                   "(MINT-1T keeps 1-30)")
     pdf_timeout_ms: int = Field(60000, gt=0, description="wall-clock bound per PDF in the parser's child process "
@@ -726,26 +727,35 @@ def write_node_examples(examples, root: str, stage: str):
 # one paragraph at a time, as OBELICS does.
 KIND_QUALITY = {"c4_filter_curly_bracket": False, "c4_filter_lorem_ipsum": False, "fineweb": False,
                 "boilerplate_model": False}
+# The paragraph rules that differ for PDFs, over `nodes`: a paper's or a textbook's prose carries inline
+# math and dense citations ("(Le and Mikolov, 2014; Ganesh et al., 2016; ...)"), 0.30-0.40 of it not
+# letters; number tables and equations on their own lie above (docs/design.md, "Interleaved documents").
+PDF_NODES = {"max_special_characters": 0.4}
 
 
 class InterleavedTextConfig(Section):
     """The interleaved branch's own text settings; the rest come from `language`, `quality` and `synthetic`."""
 
-    nodes: NodeRules = Field(default_factory=NodeRules)
+    nodes: NodeRules = Field(default_factory=NodeRules, description=(
+        "paragraph rules before the document rules (OBELICS's node-level filtering; filters/nodes.py)"))
+    pdf_nodes: dict = Field(default_factory=lambda: dict(PDF_NODES), description=(
+        "`nodes` keys that differ for PDFs' text blocks"))
     web_quality: dict = Field(default_factory=lambda: dict(KIND_QUALITY), description=(
         "`quality` keys that differ for web pages' interleaved documents (the document rules after the "
         "paragraph rules)"))
     pdf_quality: dict = Field(default_factory=lambda: dict(KIND_QUALITY), description=(
         "`quality` keys that differ for PDFs' documents"))
 
-    @field_validator("web_quality", "pdf_quality")
+    @field_validator("web_quality", "pdf_quality", "pdf_nodes")
     @classmethod
-    def _quality_keys(cls, value: dict) -> dict:
+    def _override_keys(cls, value: dict, info) -> dict:
+        """Overrides name keys of the section they override: `quality`, or `nodes` for `pdf_nodes`."""
         from filters.quality import QualityConfig
 
-        unknown = sorted(set(value) - set(QualityConfig.model_fields))
+        section, model = ("nodes", NodeRules) if info.field_name == "pdf_nodes" else ("quality", QualityConfig)
+        unknown = sorted(set(value) - set(model.model_fields))
         if unknown:
-            raise ValueError(f"not keys of the quality section: {', '.join(unknown)}")
+            raise ValueError(f"not keys of the {section} section: {', '.join(unknown)}")
         return value
 
 
@@ -763,7 +773,7 @@ class ScreenText(DocumentStep):
     rows without their cell separators (` | `, which Gopher's alphabetic-word rule would count as words
     without a letter). The document keeps its remaining nodes, images in place, and gains `lang` and
     every measured score. Counters `kind:<kind>/in` and `kind:<kind>/dropped:<reason>` (the document
-    rules' cost per kind), `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>`; the removed
+    rules' cost per kind), `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>/<rule>`; the removed
     paragraphs go out under NODE_EXAMPLES for the report's examples."""
 
     def __init__(self, stage: str, cfg: dict):
@@ -773,7 +783,8 @@ class ScreenText(DocumentStep):
         self.quality = {kind: ApplyQualityRules(stage, {**cfg["quality"], **own[f"{kind}_quality"]})
                         for kind in ("web", "pdf")}
         self.synthetic = ScoreSyntheticText(stage, cfg["synthetic"])
-        self.nodes = NodeRules.model_validate(own["nodes"])
+        self.nodes = {"web": NodeRules.model_validate(own["nodes"]),
+                      "pdf": NodeRules.model_validate({**own["nodes"], **own["pdf_nodes"]})}
 
     @property
     def steps(self):
@@ -818,13 +829,14 @@ class ScreenText(DocumentStep):
         return self._verdict(doc, judged)
 
     def _judge_paragraphs(self, doc: dict, kind: str) -> dict:
-        nodes, removed = filter_text_nodes(doc["nodes"], self.nodes, by_line=kind == "web")
+        nodes, removed = filter_text_nodes(doc["nodes"], self.nodes[kind], by_line=kind == "web")
         if not removed:
             return doc
         self._removed = removed
         for reason, _ in removed:
             self.count(f"nodes/removed:{kind}/{reason}")
-        self.count(f"nodes/docs_changed:{kind}")
+        for reason in {reason for reason, _ in removed}:
+            self.count(f"nodes/docs_changed:{kind}/{reason}")
         text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
         return {**doc, "nodes": nodes, "text": text}
 

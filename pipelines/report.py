@@ -309,7 +309,8 @@ LINE_STEP_HEADER = ["stage", "line step", "lines removed", "documents changed", 
 
 def _paragraph_rule_rows(summary: dict, examples: dict) -> list[list]:
     """[stage, kind, rule, paragraphs removed, documents changed, examples] from the paragraph rules'
-    `nodes/removed:<kind>/<rule>` counters and their examples (OUT/<stage>/node_examples.json)."""
+    `nodes/removed:<kind>/<rule>` and `nodes/docs_changed:<kind>/<rule>` counters and their examples
+    (OUT/<stage>/node_examples.json)."""
     rows = []
     for s in summary["stages"]:
         extra = s.get("extra", {})
@@ -317,7 +318,7 @@ def _paragraph_rule_rows(summary: dict, examples: dict) -> list[list]:
             if key.startswith("nodes/removed:"):
                 kind, _, rule = key.removeprefix("nodes/removed:").partition("/")
                 shown = " ¶ ".join(e["text"] for e in examples.get(s["stage"], {}).get(f"{kind}/{rule}", []))
-                rows.append([s["stage"], kind, rule, n, extra.get(f"nodes/docs_changed:{kind}", 0), shown])
+                rows.append([s["stage"], kind, rule, n, extra.get(f"nodes/docs_changed:{kind}/{rule}", 0), shown])
     return rows
 
 
