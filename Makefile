@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 lm-models-qwen browser
+.PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 lm-models-qwen browser engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,26 @@ browser:
 		  { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || \
 		echo "make browser: could not install chromium (apt-get as root); the report's browser test will fail"
 
-test: setup browser
+# The portable engines the tests run the pipeline on (tests/test_engines.py), built from the registries so
+# that Beam never downloads one at run time (pipelines/run.py passes their paths):
+# - Prism, Beam's Go runner, at the Python SDK's version, from the Go module proxy;
+# - Beam's Spark job server, from Maven Central's runner jars (configs/engines/spark-job-server.pom.xml:
+#   no job-server jar of any release is served; the runner's jars resolve at 2.62.0).
+BEAM_VERSION := 2.77.0
+ENGINES := build/engines
+PRISM := $(ENGINES)/prism
+SPARK_JOB_SERVER := $(ENGINES)/spark/beam-runners-spark-3-job-server-2.62.0.jar
+
+$(PRISM):
+	mkdir -p $(ENGINES)
+	GOBIN=$(CURDIR)/$(ENGINES) GOTOOLCHAIN=local go install github.com/apache/beam/sdks/v2/go/cmd/prism@v$(BEAM_VERSION)
+
+$(SPARK_JOB_SERVER): configs/engines/spark-job-server.pom.xml
+	mvn -B -q -f $< -DoutputDir=$(CURDIR)/$(ENGINES)/spark package
+
+engines: $(PRISM) $(SPARK_JOB_SERVER)
+
+test: setup browser engines
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # Coverage-guided fuzzing (atheris; tests/fuzz/README.md): every target for FUZZ_SECONDS (default 10

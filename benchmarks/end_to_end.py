@@ -106,9 +106,10 @@ def bare_loop(files: list[str]) -> tuple[int, float]:
 
 
 def curate_run(files: list[str], out: str, workers: int, extra: list[str] = ()) -> dict:
-    cmd = [CURATE, "run", "--output", out, "--workers", str(workers), *extra]
+    cmd = [CURATE, "run", "--output", out, "--workers", str(workers)]
     for f in files:
         cmd += ["--input", f]
+    cmd += extra  # last: it may end with `-- BEAM OPTIONS`
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     wall = time.perf_counter() - started

@@ -20,8 +20,9 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
   (a chain of 200 GroupByKeys: 1.41 s with the thread, 0.94 s without). Nothing reads those
   counters on a local run.
 
-`apply()` (run when `pipelines.stage` is imported: by the driver, and by every worker when it unpickles
-one of our DoFns) installs:
+`local_run()` installs them for a local run (FnApiRunner, where they were measured), in the driver and
+in the worker processes it starts (`apply_in_local_workers`, when a worker imports `pipelines.stage` to
+unpickle one of our DoFns); nothing is changed on other runners or in their workers:
 - `core.get_function_args_defaults(f)` memoised by the function itself (`f.__func__` for a bound
   method: a bound method's signature does not depend on `self`), held weakly so unpickled lambdas do
   not accumulate; callers get fresh lists. What it reads (parameters and their defaults) is fixed when
@@ -45,8 +46,7 @@ one of our DoFns) installs:
   1-worker run uses). Bundle boundaries never change an output here: every output is byte-identical
   across worker counts (tests/test_pipeline.py, test_interleaved.py, test_images_beam.py,
   test_packing_multimodal.py).
-- On a local run only (`local_run()`: in the driver, and in the worker processes it starts, which
-  inherit LOCAL_RUN_ENV), the state sampler keeps its scoped states and the current tracker (metrics
+- The state sampler keeps its scoped states and the current tracker (metrics
   find their container through it) but runs no thread: its msecs counters stay 0.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
@@ -268,14 +268,17 @@ def _untimed_sampler(on: bool) -> None:
 
 @contextlib.contextmanager
 def local_run():
-    """A local run's pipeline: untimed state samplers in this process and in the workers it starts."""
+    """A local run's pipeline (FnApiRunner, where these were measured): the fixes installed in this
+    process for its duration, and in the worker processes it starts (they inherit LOCAL_RUN_ENV and
+    install them when they import pipelines.stage), with untimed state samplers. Remote workers
+    (Dataflow, Flink, Spark, Prism) and other runners' drivers run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
     os.environ[LOCAL_RUN_ENV] = "1"
-    _untimed_sampler(True)
+    apply()
     try:
         yield
     finally:
-        _untimed_sampler(False)
+        apply(False)
         if before is None:
             os.environ.pop(LOCAL_RUN_ENV, None)
         else:
@@ -292,12 +295,23 @@ def close_control(self) -> None:
     _CONTROL_CLOSE(self)
 
 
-def apply() -> None:
-    core.get_function_args_defaults = function_args_defaults
-    userstate.get_dofn_specs = dofn_specs
-    core._check_fn_use_yield_and_return = uses_yield_and_return
-    PipelineOptions.view_as = view_as
-    fn_runner.ParallelBundleManager.process_bundle = process_bundle
-    worker_handlers.ControlConnection.close = close_control
-    if os.environ.get(LOCAL_RUN_ENV) == "1":  # a worker process a local run started
-        _untimed_sampler(True)
+_FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEFAULTS),
+          (userstate, "get_dofn_specs", dofn_specs, _DOFN_SPECS),
+          (core, "_check_fn_use_yield_and_return", uses_yield_and_return, _YIELD_AND_RETURN),
+          (PipelineOptions, "view_as", view_as, _VIEW_AS),
+          (fn_runner.ParallelBundleManager, "process_bundle", process_bundle, _PARALLEL_PROCESS_BUNDLE),
+          (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE))
+
+
+def apply(on: bool = True) -> None:
+    """Install the fixes (`on`), or put Beam's own functions back; the untimed sampler with them in a
+    process a local run marked (LOCAL_RUN_ENV)."""
+    for owner, name, ours, beams in _FIXES:
+        setattr(owner, name, ours if on else beams)
+    _untimed_sampler(on and os.environ.get(LOCAL_RUN_ENV) == "1")
+
+
+def apply_in_local_workers() -> None:
+    """At import of pipelines.stage: install the fixes in a worker process a local run started."""
+    if os.environ.get(LOCAL_RUN_ENV) == "1":
+        apply()

@@ -60,7 +60,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines import beam_overhead, io
 
-beam_overhead.apply()  # every stage module imports this one, in the driver and in each worker
+beam_overhead.apply_in_local_workers()  # every stage module imports this one, so each worker does
 
 DROPPED = "dropped"
 COUNTERS = "counters"

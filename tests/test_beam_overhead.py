@@ -12,13 +12,14 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines import beam_overhead
 
 
-def test_only_stages_with_work_to_share_go_to_the_worker_processes(monkeypatch):
+def test_only_stages_with_work_to_share_go_to_the_worker_processes(monkeypatch, request):
     """With 2 worker processes: a GroupByKey of >= PARALLEL_MIN_KEYS keys and a "Spread ..." reshuffle
     of 4 elements are split over both workers; a 50-key GroupByKey and a global count run as one
     bundle in the runner process itself. Results are Beam's either way."""
     import os
 
-    beam_overhead.apply()  # (as importing pipelines.stage does)
+    beam_overhead.apply()  # (as a local run does)
+    request.addfinalizer(lambda: beam_overhead.apply(False))
     bundles = []  # (stage name, elements sent, ran in the runner process) of every bundle
     real = fn_runner.BundleManager.process_bundle
 
@@ -72,6 +73,7 @@ def test_a_local_run_samples_no_state_in_any_process_and_keeps_metrics():
 
     beam_overhead.apply()
     assert statesampler.StateSampler.start is beam_overhead._SAMPLER_START  # LOCAL_RUN_ENV unset
+    beam_overhead.apply(False)
 
     from pipelines import stage as stage_module
 
@@ -128,3 +130,22 @@ def test_a_run_whose_stages_all_stay_in_the_runner_process_still_ends():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
+
+
+def test_a_worker_gets_the_fixes_only_from_a_local_run():
+    """Importing pipelines.stage (what unpickling our DoFns does in any worker) installs nothing in a
+    worker of another runner (Dataflow, Flink, Spark, Prism); in a worker process a local run started
+    (LOCAL_RUN_ENV inherited) it installs the fixes and the untimed sampler."""
+    import os
+    import subprocess
+    import sys
+
+    check = ("import pipelines.stage; from pipelines import beam_overhead as b; "
+             "from apache_beam.transforms import userstate; from apache_beam.runners.worker import statesampler; "
+             "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed)")
+    env = {k: v for k, v in os.environ.items() if k != beam_overhead.LOCAL_RUN_ENV}
+    root = Path(__file__).resolve().parents[1]
+    for marked, expected in ((False, "False False"), (True, "True True")):
+        out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
+                             env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
+        assert out[-2] == expected, out

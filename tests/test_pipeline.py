@@ -473,7 +473,7 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
                 dofns.append(node.transform.fn)
 
     pipelines[0].visit(Collect())
-    assert len(dofns) > 500 and core.get_function_args_defaults is beam_overhead.function_args_defaults
+    assert len(dofns) > 500 and core.get_function_args_defaults is beam_overhead._ARGS_DEFAULTS  # Beam's after the run
 
     def answers():
         out = []
@@ -485,12 +485,10 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
                         core._check_fn_use_yield_and_return(fn.process)))
         return out
 
-    memoised = answers()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(core, "get_function_args_defaults", beam_overhead._ARGS_DEFAULTS)
-        patch.setattr(userstate, "get_dofn_specs", beam_overhead._DOFN_SPECS)
-        patch.setattr(core, "_check_fn_use_yield_and_return", beam_overhead._YIELD_AND_RETURN)
-        assert answers() == memoised
+    with beam_overhead.local_run():
+        assert core.get_function_args_defaults is beam_overhead.function_args_defaults
+        memoised = answers()
+    assert userstate.get_dofn_specs is beam_overhead._DOFN_SPECS and answers() == memoised
     # A stateful DoFn's specs, through the class's fixed methods, and through a Map's wrapped callable.
     bag = userstate.BagStateSpec("bag", beam.coders.StrUtf8Coder())
 
@@ -505,10 +503,11 @@ def test_beam_overhead_fixes_give_beam_s_answers(first_run):
         assert beam_overhead.dofn_specs(fn) == beam_overhead._DOFN_SPECS(fn)
     assert beam_overhead.dofn_specs(Stateful()) == ({bag}, set())
     options = pipelines[0].options
-    view = options.view_as(StandardOptions)
-    assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
-    options.view_as(DebugOptions).experiments = ["memo_check"]
-    assert beam_overhead._VIEW_AS(options, DebugOptions).experiments == ["memo_check"]
+    with beam_overhead.local_run():
+        view = options.view_as(StandardOptions)
+        assert options.view_as(StandardOptions) is view and view.runner == "FnApiRunner"
+        options.view_as(DebugOptions).experiments = ["memo_check"]
+    assert options.view_as(DebugOptions).experiments == ["memo_check"]
 
 
 def test_extract_command_gives_each_page_the_text_the_quality_rules_get(one_worker, tmp_path, capsys):

@@ -1,0 +1,72 @@
+"""The local runners side by side: `curate run` (every stage, default config) on the same copies of a
+real WARC with FnApiRunner (1 and 2 worker processes), Prism and Spark (`local[2]`, Beam's Spark job
+server), the engines `make engines` built, in one run of this script.
+
+    python benchmarks/runners.py [--warc PATH] [--pages 10000] [--runners fnapi-1 fnapi-2 prism spark]
+
+The input is made as benchmarks/end_to_end.py makes it (the WARC copied with distinct record ids until
+it holds about --pages HTML pages). Prism and Spark run the SDK workers LOOPBACK, in the `curate`
+process, as tests/test_engines.py does. Prints one JSON object: the input, and per runner the wall
+clock of the `curate run` command, pages per second, and whether its documents and shards are the same
+bytes as the first runner's (`same_bytes_as_first`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)
+
+from benchmarks.end_to_end import DEFAULT_WARC, curate_run, make_input  # noqa: E402
+
+RUNNERS = {
+    "fnapi-1": (1, []),
+    "fnapi-2": (2, []),
+    "prism": (1, ["--", "--runner=PrismRunner", "--environment_type=LOOPBACK"]),
+    "spark": (1, ["--", "--runner=SparkRunner", "--spark_master_url=local[2]", "--environment_type=LOOPBACK",
+                  "--experiments=pre_optimize=all"]),
+}
+
+
+def output_hashes(root: Path) -> str:
+    """One sha256 over the run's documents and shards, file by file in name order."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.relative_to(root).parts[0] in ("docs", "shards"):
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
+    ap.add_argument("--pages", type=int, default=10000)
+    ap.add_argument("--runners", nargs="+", default=list(RUNNERS), choices=list(RUNNERS))
+    ap.add_argument("--work", type=Path, default=None, help="folder for the copies (kept between runs)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        data = make_input(args.warc, args.pages, work / f"copies-{args.pages}")
+        result = {"input": {"warc": str(args.warc), **{k: v for k, v in data.items() if k != "files"},
+                            "files": len(data["files"])}, "runners": {}}
+        reference = None
+        for name in args.runners:
+            workers, extra = RUNNERS[name]
+            out = Path(tmp) / f"out-{name}"
+            run = curate_run(data["files"], str(out), workers, extra)
+            digest = output_hashes(out)
+            reference = reference or digest
+            result["runners"][name] = {**run, "pages_per_s": round(data["pages"] / run["wall_s"], 1),
+                                       "same_bytes_as_first": digest == reference}
+            print(json.dumps({name: result["runners"][name]}), file=sys.stderr)
+        print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
