@@ -248,7 +248,7 @@ def main() -> None:
     # group finished except the last, rerun --tries times
     out = tempfile.mkdtemp(prefix="curate-e2e-fixed-")
     curate_run([], out, 1)
-    from pipelines.stages import STAGES
+    from pipelines.registry import STAGES
 
     last = list(STAGES)[-1]
     reruns = []

@@ -56,7 +56,6 @@ from functools import lru_cache
 from operator import mul
 from pathlib import Path
 
-from filters.clean import join_without
 from filters.quality import _SENT_END_RE, _WIDE_RE, _ends_with_terminal
 
 MODEL_PATH = Path(__file__).parent / "models" / "boilerplate_lines.json"
@@ -80,6 +79,22 @@ FEATURES = (
     "len_prev", "end_prev", "len_next", "end_next", "len_window", "short_run",
     "prose_prev", "prose_next", "before_prose", "after_prose", "position", "doc_prose_share", "doc_lines",
 )
+
+
+def join_without(lines: list[str], drop: set[int]) -> str:
+    """`lines` joined without the lines at the indexes in `drop` and stripped; the blank lines around a
+    removed line are merged into one (the page's own gaps elsewhere stay as they are)."""
+    out, gap = [], False
+    for k, line in enumerate(lines):
+        if k in drop:
+            gap = True
+            continue
+        if line.strip():
+            gap = False
+        elif gap and out and not out[-1].strip():
+            continue
+        out.append(line)
+    return "\n".join(out).strip()
 
 
 def _own(raw: str, line: str, length: float, repeats: int) -> list[float]:

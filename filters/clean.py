@@ -26,6 +26,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from itertools import accumulate
 
+from filters.boilerplate import join_without, remove_context_boilerplate
 from filters.quality import _ends_with_terminal
 
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
@@ -237,22 +238,6 @@ def _truncated_copies(keys: list[str], min_chars: int) -> set[int]:
     return copies
 
 
-def join_without(lines: list[str], drop: set[int]) -> str:
-    """`lines` joined without the lines at the indexes in `drop` and stripped; the blank lines around a
-    removed line are merged into one (the page's own gaps elsewhere stay as they are)."""
-    out, gap = [], False
-    for k, line in enumerate(lines):
-        if k in drop:
-            gap = True
-            continue
-        if line.strip():
-            gap = False
-        elif gap and out and not out[-1].strip():
-            continue
-        out.append(line)
-    return "\n".join(out).strip()
-
-
 def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bool = False,
                     rendering_max_copies: int = 0, label_lines: bool = False) -> tuple[str, dict[str, int]]:
     """The text the quality rules judge, and the lines each step removed (the quality stage's
@@ -260,8 +245,6 @@ def clean_for_rules(text: str, c4_lines: bool, link_lines: bool, model_lines: bo
     `rendering_copy_lines` scores)."""
     removed = {}
     if model_lines:
-        from filters.boilerplate import remove_context_boilerplate
-
         text, removed["boilerplate_model_lines"] = remove_context_boilerplate(text)
     if c4_lines:
         text, removed["boilerplate_lines"] = remove_boilerplate_lines(text)

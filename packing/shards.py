@@ -26,7 +26,7 @@ masking attends within segments only, and positions restart at 0 in each segment
 holds seq_len, pad_id and the phase name. The padding rate of a phase is
 padding tokens / (sequences * seq_len).
 
-Reader: `open_shards(dir, rank, world_size)` yields one dict per sequence; `ShardDataset`
+Reader: `open_shards(dir, rank, world_size)` yields one dict per sequence; `packing.dataset.ShardDataset`
 (packing/dataset.py) is the same as a PyTorch IterableDataset that splits sequences over distributed ranks and DataLoader
 workers: sequence k (in the phase's order) goes to rank k % world_size, and among that rank's
 sequences the j-th goes to worker j % num_workers. Every sequence is read exactly once per pass.
@@ -236,10 +236,3 @@ def open_shards(directory: str, rank: int = 0, world_size: int = 1, padded: bool
                        "num_tokens": n, "doc_ids": docs[r], "chunk_index": chunks[r], "epoch": epochs[r],
                        "modality": modality[r], "images": images[r], "index": int(index[r])}
 
-
-def __getattr__(name: str):
-    if name == "ShardDataset":  # lives in packing.dataset so that the writer never imports torch
-        from packing.dataset import ShardDataset
-
-        return ShardDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

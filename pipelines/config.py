@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_GLOB = str(REPO_ROOT / "sample" / "*.warc.gz")
 LOCAL_CONFIG = REPO_ROOT / "configs" / "local.yaml"
-LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner"})  # the runners that run on this machine
 
 
 class UserError(ValueError):
@@ -65,7 +64,7 @@ class RunSettings(BaseModel):
     @field_validator("stages")
     @classmethod
     def _registered(cls, value):
-        from pipelines.stages import STAGES
+        from pipelines.registry import STAGES
 
         unknown = [s for s in value or () if s not in STAGES]
         if unknown:
@@ -75,7 +74,7 @@ class RunSettings(BaseModel):
 
 def config_model() -> type[BaseModel]:
     """RunSettings plus a section per registered stage (rebuilt when the registry changes)."""
-    from pipelines.stages import STAGES
+    from pipelines.registry import STAGES
 
     return _model(tuple((name, stage.config) for name, stage in STAGES.items()))
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from pipelines.config import RunSettings
 from pipelines.stage import READS_INPUT, READS_OUTPUTS, READS_PREVIOUS, Stage
-from pipelines.stages import STAGES
+from pipelines.registry import STAGES
 
 BEGIN, END = "<!-- curate stages: begin -->", "<!-- curate stages: end -->"
 

@@ -43,10 +43,10 @@ from extract.interleaved import CELL_SEPARATOR, recycle_candidates
 from filters.nodes import NodeRules, filter_text_nodes
 from pipelines import io
 from pipelines.io import SCORES
-from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, Built, DocumentStage, DocumentStep, Drop, Section, Stage,
-                             counter, drop_row, dropped, register, with_scores)
-from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, ImagesStage, NearDedupStage, PackStage,
-                              ScoreSyntheticText, WriteStage)
+from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Built, DocumentStage, DocumentStep, Drop, Section,
+                             Stage, counter, drop_row, dropped, register, with_scores)
+from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, NearDedupStage, ScoreSyntheticText,
+                              WriteStage)
 
 NODE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image_url", pa.string()),
                   ("image_sha256", pa.string()), ("alt", pa.string()), ("caption", pa.string()),
@@ -895,8 +895,6 @@ class InterleavedTextStage(DocumentStage):
 
     @property
     def reasons(self):
-        from pipelines.stages import STAGES
-
         return tuple(r for section in self.settings_from for r in STAGES[section].reasons)
 
     def build(self, p, cfg, docs, root):
@@ -1036,6 +1034,3 @@ class InterleavedWriteStage(WriteStage):
     name, config, settings_from = "interleaved_write", Section, ("write",)
     outputs, folder, doc_schema = ("docs/interleaved",), "docs/interleaved", INTERLEAVED_SCHEMA
 
-
-register(ImagesStage)  # the pairs branch, after the interleaved stages whose dropped documents it recycles
-register(PackStage)  # the final corpus mixes the documents of every branch

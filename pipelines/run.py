@@ -28,9 +28,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import beam_overhead, io
 from pipelines.audit import add_audit, audit_report
-from pipelines.config import LOCAL_RUNNERS, ConfigError, UserError, stage_fingerprint
-from pipelines.stage import READS_INPUT, READS_PREVIOUS, note_writes
-from pipelines.stages import STAGES
+from pipelines.config import ConfigError, UserError, stage_fingerprint
+from pipelines.stage import LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, note_writes
+from pipelines.registry import STAGES
 from pipelines.progress import Progress
 from pipelines.stats import format_table
 

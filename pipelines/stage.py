@@ -60,6 +60,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines import beam_overhead, io
 
+LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner"})  # the runners that run on this machine
+
 beam_overhead.apply_in_local_workers()  # every stage module imports this one, so each worker does
 
 DROPPED = "dropped"

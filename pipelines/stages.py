@@ -28,10 +28,9 @@ from dedup.near import NearDedupConfig
 from filters.quality import QualityConfig
 from packing.config import PackConfig
 from pipelines import io
-from pipelines.config import LOCAL_RUNNERS
 from pipelines.image_pairs import ImagePairsConfig
-from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, READS_OUTPUTS, STAGES, Built, Drop, DocumentStage, DocumentStep, Section, Stage,
-                             counter, drop_row, dropped, register, with_scores)
+from pipelines.stage import (COUNTERS, DROPPED, LOCAL_RUNNERS, READS_INPUT, READS_OUTPUTS, STAGES, Built, Drop, DocumentStage,
+                             DocumentStep, Section, Stage, counter, drop_row, dropped, register, with_scores)
 
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
 FILE_ROWS_JSON = "file_rows.json"
@@ -721,8 +720,3 @@ def _folder_of(row: tuple, partitions: int, folders: list[str]) -> int:
     """Partition function: the index in `folders` of the folder a (file name, row) pair was read from."""
     path = row[0]
     return next(i for i, folder in enumerate(folders) if path.startswith(folder + "/"))
-
-
-# registers the interleaved branch's stages after these, then ImagesStage and PackStage (whichever module is
-# imported first)
-from pipelines import interleaved  # noqa: E402,F401

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.config import ConfigError, RunSettings, config_model, load_config
 from pipelines.describe import BEGIN, END, stage_reference
 from pipelines.stage import Drop, DocumentStage, DocumentStep, register, unregister
-from pipelines.stages import STAGES
+from pipelines.registry import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")

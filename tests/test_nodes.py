@@ -148,7 +148,7 @@ def test_pdf_paragraph_rules_keep_citation_dense_prose():
 def _screen(doc: dict, **interleaved_text):
     """The interleaved_text stage's step on one document, default settings (or the ones given)."""
     from pipelines.interleaved import InterleavedTextConfig, ScreenText
-    from pipelines.stages import STAGES
+    from pipelines.registry import STAGES
 
     cfg = {name: STAGES[name].config().model_dump() for name in ("language", "quality", "synthetic")}
     cfg["interleaved_text"] = InterleavedTextConfig(**interleaved_text).model_dump()

@@ -160,7 +160,7 @@ def test_pack_stage_writes_a_drop_row_for_a_document_without_tokens(tmp_path):
     import pyarrow.parquet as pq
 
     from pipelines import io
-    from pipelines.stages import STAGES
+    from pipelines.registry import STAGES
 
     docs = [{"id": "0" * 32, "url": "u", "warc_file": "f", "warc_offset": 0, "warc_date": "", "text": "",
              "scores": {}},

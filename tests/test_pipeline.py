@@ -15,7 +15,7 @@ import pytest
 from extract.warc import iter_records
 from pipelines.cli import main as cli_main
 from pipelines.config import ConfigError, load_config
-from pipelines.stages import STAGES
+from pipelines.registry import STAGES
 from pipelines.run import run
 from tests.warc_factory import DATA, MINI, gz, html_page, real_members, response_record
 
