@@ -75,7 +75,9 @@ class TrainConfig(BaseModel):
 
     optimizer: Literal["tiered", "adamw"] = Field(
         "tiered", description="tiered (trainer.optim.build_optimizer) or adamw (AdamWTier on every parameter)")
-    lr: float = Field(2.6e-4, gt=0, description="peak lr of every tier (the DeepSeek-V4.1 report's pretraining lr)")
+    lr: float = Field(3e-3, gt=0, description=(
+        "peak lr of every tier: 3e-3 for the small demo model here (docs/design.md, \"The pretraining stage\"); "
+        "the DeepSeek-V4.1 report's 2.6e-4 is its 552B model's"))
     batch: int = Field(1, gt=0, description="packed sequences of the pretrain phase per step")
     d_model: int = Field(256, gt=0)
     n_layers: int = Field(4, gt=0)
