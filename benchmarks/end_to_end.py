@@ -136,7 +136,7 @@ folder, out, tasks, lid_model, engine = sys.argv[1], sys.argv[2], int(sys.argv[3
 
 class Resiliparse(BaseExtractor):
     # datatrove 0.10.1 ships Trafilatura and ReadabilityInscriptis; the FineWeb recipe with
-    # resiliparse's main-content extraction, as the peer figures in the issue were measured
+    # resiliparse's main-content extraction is the peer measured here (docs/benchmarks.md)
     name = "resiliparse"
 
     def __init__(self, timeout: float = 1):
@@ -184,7 +184,7 @@ def datatrove_version(python: str) -> str | None:
 
 def datatrove_run(python: str, folder: str, out: str, tasks: int, engine: str = "resiliparse") -> float:
     """datatrove's FineWeb recipe over the *.warc.gz of `folder` into `out` (JSONL, ids = WARC-Record-IDs),
-    with resiliparse's main-content extraction (the issue's peer) or `engine="trafilatura"`; its wall s."""
+    with resiliparse's main-content extraction (the default) or `engine="trafilatura"`; its wall s."""
     lid_model = str(ROOT / "filters" / "models" / "lid.176.ftz")
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:  # not a pipe: its pool's forkserver outlives it, holding pipes

@@ -21,7 +21,7 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 - `trafilatura_precision`: the same with favor_precision=True;
 - `trafilatura_engine`: extract_main_text with `engine: trafilatura` (the pipeline's trafilatura settings).
 
-Scores, as the benchmark's own evaluation and the issue figures use them: per page, the bag of
+Scores, as the benchmark's own evaluation uses them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
 averaged over pages. Prints one JSON object: per engine precision, recall, f1, docs_per_s (one core;

@@ -15,7 +15,7 @@ in Beam (below), and prints one JSON object:
              number is made up;
   stage1_vs_text_branch: stage 1 (linearisation + URL rules + its text verdicts on the documents
              that keep an image) in pages per second of one core, over the text branch (extraction +
-             its verdicts) on the same pages: the issue's goal is >= 0.7.
+             its verdicts) on the same pages: the goal is >= 0.7.
 Stage 3 is a corpus-wide Beam transform, so it is run as one: `ImageAwareDedup` (default config, the
 pairs branch's pHash settings, `earliest_capture`) in a real FnApiRunner pipeline, one in-memory worker,
 over the stage-2 survivors of every repeat, built here as stage 2 would (each surviving image node with

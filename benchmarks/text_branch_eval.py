@@ -14,7 +14,7 @@ label source and template, its fate, the drop's detail (for a quality drop, ever
 words of the text it was dropped with and that text's first 300 characters (the whole text is in the
 run's dropped/ folder). Pages are joined on WARC-Record-ID (our doc id is its xxh3-128 hash).
 
-The text branch alone (what the issue figures use), e.g. with the boilerplate model on and off:
+The text branch alone (what docs/benchmarks.md's text-branch figures use), e.g. with the boilerplate model on and off:
 
     printf 'stages: [read, extract, language, quality, synthetic, exact_dedup, near_dedup, write]\\n' > /tmp/text.yaml
     curate run --input ../shared/data/corpus/mixed-dev.warc.gz --output /tmp/off --config /tmp/text.yaml
@@ -43,7 +43,7 @@ def load(pattern, columns):
 
 
 def dedup_report(labels, kept, dropped):
-    """Issue #4's figures: labelled duplicates removed (by any stage), near-dup recall by recorded
+    """The dedup figures: labelled duplicates removed (by any stage), near-dup recall by recorded
     Jaccard, originals kept, and other human pages removed as duplicates."""
     def did(lab):
         return xxhash.xxh3_128_hexdigest(lab["record_id"].encode())
