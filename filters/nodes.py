@@ -131,10 +131,11 @@ def _rescued(texts: list, i: int, verdicts: list, rules: NodeRules) -> bool:
     (The other rules judge what a block is, however the layout cut it.)"""
     if verdicts[i] != "node_punctuation":
         return False
-    for a, b in ((i - 1, i), (i, i + 1)):
-        if 0 <= a and b < len(texts) and texts[a] is not None and texts[b] is not None \
-                and verdicts[a + b - i] is None and continues(texts[a], texts[b]) \
-                and judge_paragraph(f"{texts[a].strip()} {texts[b].strip()}", rules) is None:
+    for j in (i - 1, i + 1):
+        if not 0 <= j < len(texts) or texts[j] is None or verdicts[j] is not None:
+            continue
+        first, then = (texts[j], texts[i]) if j < i else (texts[i], texts[j])
+        if continues(first, then) and judge_paragraph(f"{first.strip()} {then.strip()}", rules) is None:
             return True
     return False
 
