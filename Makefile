@@ -30,12 +30,13 @@ browser:
 # The portable engines the tests run the pipeline on (tests/test_engines.py), built from the registries so
 # that Beam never downloads one at run time (pipelines/run.py passes their paths):
 # - Prism, Beam's Go runner, at the Python SDK's version, from the Go module proxy;
-# - Beam's Spark job server, from Maven Central's runner jars (configs/engines/spark-job-server.pom.xml:
-#   no job-server jar of any release is served; the runner's jars resolve at 2.62.0).
+# - Beam's Spark and Flink job servers, from Maven Central's runner jars (configs/engines/*.pom.xml:
+#   no job-server jar of any release is served; the runners' jars resolve at 2.62.0).
 BEAM_VERSION := 2.77.0
 ENGINES := build/engines
 PRISM := $(ENGINES)/prism
 SPARK_JOB_SERVER := $(ENGINES)/spark/beam-runners-spark-3-job-server-2.62.0.jar
+FLINK_JOB_SERVER := $(ENGINES)/flink/beam-runners-flink-1.19-job-server-2.62.0.jar
 
 $(PRISM):
 	mkdir -p $(ENGINES)
@@ -44,7 +45,10 @@ $(PRISM):
 $(SPARK_JOB_SERVER): configs/engines/spark-job-server.pom.xml
 	mvn -B -q -f $< -DoutputDir=$(CURDIR)/$(ENGINES)/spark package
 
-engines: $(PRISM) $(SPARK_JOB_SERVER)
+$(FLINK_JOB_SERVER): configs/engines/flink-job-server.pom.xml
+	mvn -B -q -f $< -DoutputDir=$(CURDIR)/$(ENGINES)/flink package
+
+engines: $(PRISM) $(SPARK_JOB_SERVER) $(FLINK_JOB_SERVER)
 
 test: setup browser engines
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests

@@ -1,12 +1,13 @@
 """The local runners side by side: `curate run` (every stage, default config) on the same copies of a
-real WARC with FnApiRunner (1 and 2 worker processes), Prism and Spark (`local[2]`, Beam's Spark job
-server), the engines `make engines` built, in one run of this script.
+real WARC with FnApiRunner (1 and 2 worker processes), Prism, Spark (`local[2]`) and Flink (an
+embedded cluster, parallelism 2) through Beam's job servers, the engines `make engines` built, in one
+run of this script; the engines' SDK workers either LOOPBACK (in the `curate` process) or from an
+external worker pool (`-pool`: a process per worker, as a cluster without Docker runs them).
 
-    python benchmarks/runners.py [--warc PATH] [--pages 10000] [--runners fnapi-1 fnapi-2 prism spark]
+    python benchmarks/runners.py [--warc PATH] [--pages 10000] [--runners fnapi-1 fnapi-2 prism ... flink-pool]
 
 The input is made as benchmarks/end_to_end.py makes it (the WARC copied with distinct record ids until
-it holds about --pages HTML pages). Prism and Spark run the SDK workers LOOPBACK, in the `curate`
-process, as tests/test_engines.py does. Prints one JSON object: the input, and per runner the wall
+it holds about --pages HTML pages). Prints one JSON object: the input, and per runner the wall
 clock of the `curate run` command, pages per second, and whether its documents and shards are the same
 bytes as the first runner's (`same_bytes_as_first`).
 """
@@ -14,10 +15,15 @@ bytes as the first runner's (`same_bytes_as_first`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import os
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +31,42 @@ sys.path[0] = str(ROOT)
 
 from benchmarks.end_to_end import DEFAULT_WARC, curate_run, make_input  # noqa: E402
 
+PRISM = ["--", "--runner=PrismRunner"]
+SPARK = ["--", "--runner=SparkRunner", "--spark_master_url=local[2]"]
+FLINK = ["--", "--runner=FlinkRunner", "--flink_master=[local]", "--parallelism=2"]
+LOOPBACK = ["--environment_type=LOOPBACK"]
+POOL = None  # an external SDK worker pool (Beam's worker_pool_main), started for the run
 RUNNERS = {
     "fnapi-1": (1, []),
     "fnapi-2": (2, []),
-    "prism": (1, ["--", "--runner=PrismRunner", "--environment_type=LOOPBACK"]),
-    "spark": (1, ["--", "--runner=SparkRunner", "--spark_master_url=local[2]", "--environment_type=LOOPBACK",
-                  "--experiments=pre_optimize=all"]),
+    "prism": (1, PRISM + LOOPBACK),
+    "spark": (1, SPARK + LOOPBACK),
+    "flink": (1, FLINK + LOOPBACK),
+    "prism-pool": (1, PRISM + [POOL]),
+    "spark-pool": (1, SPARK + [POOL]),
+    "flink-pool": (1, FLINK + [POOL]),
 }
+
+
+@contextlib.contextmanager
+def worker_pool(extra: list):
+    """`extra` with POOL replaced by an external worker pool's options, the pool running meanwhile: each
+    worker the engine asks for is a process of its own (as on a cluster without Docker)."""
+    if POOL not in extra:
+        yield extra
+        return
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        yield [a for a in extra if a is not POOL] + ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"]
+    finally:
+        pool.terminate()
+        pool.wait(timeout=30)
 
 
 def output_hashes(root: Path) -> str:
@@ -59,7 +94,8 @@ def main() -> None:
         for name in args.runners:
             workers, extra = RUNNERS[name]
             out = Path(tmp) / f"out-{name}"
-            run = curate_run(data["files"], str(out), workers, extra)
+            with worker_pool(extra) as options:
+                run = curate_run(data["files"], str(out), workers, options)
             digest = output_hashes(out)
             reference = reference or digest
             result["runners"][name] = {**run, "pages_per_s": round(data["pages"] / run["wall_s"], 1),

@@ -501,7 +501,8 @@ class BuildShards(beam.PTransform):
                    packed | "Copies" >> beam.FlatMap(lambda r: [(f"mix/{r['modality']}/copies", r["copies"]),
                                                                 (f"mix/{r['modality']}/tokens", r["copies"] * r["n_tokens"])])]
         alloc = packed | "AllocatePhases" >> AllocatePhases(self.cfg)
-        parts = [*counts, alloc["counters"]]
+        # the phases read the allocation's counters as a side input, so the Flatten below takes a copy
+        parts = [*counts, alloc["counters"] | "AllocationCounters" >> beam.Map(lambda kv: kv)]
         manifests = []
         for phase in configured_phases(self.cfg):
             out = alloc[phase.name] | f"Pack {phase.name}" >> PackAndWrite(
@@ -512,8 +513,12 @@ class BuildShards(beam.PTransform):
         totals = (packed | "ModalityTotals" >> beam.Map(lambda r: (r["modality"], (r["n_tokens"] * r["copies"], r["n_tokens"])))
                   | "SumModality" >> beam.CombinePerKey(lambda rows: _sum_and_max(rows))
                   | "Flat" >> beam.MapTuple(lambda m, tm: (m, *tm)))
+        # Two Flattens of the same parts, not one whose output feeds both the manifest's sum and the
+        # stage's counters: Beam's Java fuser (the Flink and Spark job servers) cannot place a Flatten
+        # input that a GroupByKey or a side input also reads (apache/beam issue 34647).
         counted = parts | "AllCounters" >> beam.Flatten()
-        run_counters = counted | "SumForManifest" >> beam.CombinePerKey(sum)
+        run_counters = (parts | "ManifestCounters" >> beam.Flatten()
+                        | "SumForManifest" >> beam.CombinePerKey(sum))
         done = (p | "Once" >> beam.Create([None])
                 | "RunManifest" >> beam.ParDo(_RunManifest(self.directory, self.cfg), beam.pvalue.AsSingleton(plan),
                                               beam.pvalue.AsList(totals),

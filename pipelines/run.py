@@ -60,20 +60,36 @@ def local_workers(workers: int | str, input_bytes: int) -> int:
 
 
 # What `make engines` builds (build/engines/): Prism from the Go module proxy at the pinned Beam version,
-# and Beam's Spark job server from Maven Central's jars (configs/engines/spark-job-server.pom.xml).
-ENGINES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "engines")
-ENGINE_BINARIES = {"PrismRunner": ("prism_location", os.path.join(ENGINES, "prism")),
-                   "SparkRunner": ("spark_job_server_jar",
-                                   os.path.join(ENGINES, "spark", "beam-runners-spark-3-job-server-2.62.0.jar"))}
+# and Beam's Spark and Flink job servers from Maven Central's jars (configs/engines/*.pom.xml).
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINES = os.path.join(ROOT_DIR, "build", "engines")
+ENGINE_BINARIES = {
+    "PrismRunner": ("prism_location", os.path.join(ENGINES, "prism")),
+    "SparkRunner": ("spark_job_server_jar", os.path.join(ENGINES, "spark", "beam-runners-spark-3-job-server-2.62.0.jar")),
+    "FlinkRunner": ("flink_job_server_jar",
+                    os.path.join(ENGINES, "flink", "beam-runners-flink-1.19-job-server-2.62.0.jar")),
+}
+# What Flink needs to run this graph (docs/design.md, "Runners"): streaming mode, since the batch
+# (DataSet) optimizer's union traversal does not finish on a graph of this size; network buffers
+# for the ~200 tasks that streaming mode deploys at once (configs/engines/flink/flink-conf.yaml);
+# and a deeper job-server thread stack for the job graph's recursive translation.
+ENGINE_OPTIONS = {
+    "FlinkRunner": [("flink_conf_dir", os.path.join(ROOT_DIR, "configs", "engines", "flink")),
+                    ("job_server_jvm_properties", "-Xss16m"), ("streaming", None)],
+}
 
 
 def engine_args(runner: str, user_args: list[str]) -> list[str]:
-    """The local binary `make engines` built for `runner`, unless the user names one: without it Beam
-    downloads Prism or a job-server jar from the network at run time."""
+    """The engine options `curate run` adds for `runner` unless the user names them: the local binary
+    `make engines` built (without it Beam downloads Prism or a job-server jar at run time), and the
+    settings the engine needs for this graph."""
     option, path = ENGINE_BINARIES.get(runner, (None, None))
-    if option is None or any(a.startswith(f"--{option}") for a in user_args) or not os.path.exists(path):
-        return []
-    return [f"--{option}={path}"]
+    wanted = [(option, path)] if option is not None and os.path.exists(path) else []
+    args = []
+    for option, value in wanted + ENGINE_OPTIONS.get(runner, []):
+        if not any(a == f"--{option}" or a.startswith(f"--{option}=") for a in user_args):
+            args.append(f"--{option}" if value is None else f"--{option}={value}")
+    return args
 
 
 def pipeline_options(cfg: dict) -> PipelineOptions:

@@ -712,8 +712,10 @@ class PackStage(Stage):
         counted = [built.counters, built.packed | "CountPacked" >> beam.Map(lambda _: ("out", 1))]
         counted += [docs_in | f"pack/In {name}" >> beam.Map(lambda _: ("in", 1)) for name, docs_in in inputs.items()]
         drops = built.dropped | "pack/DropRows" >> beam.Map(_sample_drop)
-        # the phase counters are emitted after each phase's shards and manifest are written
-        return Built(None, drops, counted | "Counters" >> beam.Flatten(), (built.counters,))
+        # the phase counters are emitted after each phase's shards and manifest are written; the
+        # completion marker waits on a copy of them (a side input may not read a Flatten's input)
+        written = built.counters | "pack/Written" >> beam.Map(lambda _: None)
+        return Built(None, drops, counted | "Counters" >> beam.Flatten(), (written,))
 
 
 def _folder_of(row: tuple, partitions: int, folders: list[str]) -> int:

@@ -3,13 +3,13 @@ branch (text, pairs, interleaved with a PDF), the mixing and the shards, on the 
 
 - Prism, Beam's Go runner, at the Python SDK's version (`make engines` builds it from the Go module
   proxy);
-- Spark, through Beam's Spark job server in `local[2]` (`make engines` assembles it from Maven Central's
-  runner jars at 2.62.0, configs/engines/spark-job-server.pom.xml), with Python's fusion
-  (`pre_optimize=all`: the 2.62 job server's own fuser rejects a Flatten whose input also feeds
-  another transform, apache/beam issue 34647).
+- Spark, through Beam's Spark job server in `local[2]`;
+- Flink, through Beam's Flink job server on an embedded cluster (`[local]`), parallelism 2.
 
-SDK workers run as LOOPBACK, in this process, as a cluster without Docker runs them. The engines'
-paths come from pipelines/run.py (`engine_args`): nothing is downloaded at run time."""
+`make engines` assembles both job servers from Maven Central's runner jars at 2.62.0
+(configs/engines/*.pom.xml); they fuse the graph themselves, with Beam's Java fuser. SDK workers run
+as LOOPBACK, in this process, as a cluster without Docker runs them. The engines' paths and settings
+come from pipelines/run.py (`engine_args`): nothing is downloaded at run time."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
 
 from pipelines.config import load_config
 from pipelines.run import ENGINE_BINARIES, engine_args, run
@@ -31,16 +34,66 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 INPUTS = [str(MINI), str(DATA / "warc" / "whirlwind.warc.gz"), str(DATA / "warc" / "whirlwind.warc.wet.gz")]
 ENGINES = {
     "PrismRunner": ["--runner=PrismRunner", "--environment_type=LOOPBACK"],
-    "SparkRunner": ["--runner=SparkRunner", "--spark_master_url=local[2]", "--environment_type=LOOPBACK",
-                    "--experiments=pre_optimize=all"],
+    "SparkRunner": ["--runner=SparkRunner", "--spark_master_url=local[2]", "--environment_type=LOOPBACK"],
+    "FlinkRunner": ["--runner=FlinkRunner", "--flink_master=[local]", "--parallelism=2", "--environment_type=LOOPBACK"],
 }
 
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
+    """The tiny config on FnApiRunner: its output folder, its summary, and the Runner API graph of
+    every pipeline the run submitted."""
     out = tmp_path_factory.mktemp("fnapi")
-    summary = run({**load_config(TINY, input=INPUTS, output=str(out), workers=1)}, echo=False)
-    return out, summary
+    graphs, submit = [], beam.Pipeline.run
+
+    def run_and_keep(pipeline, *args, **kwargs):
+        graphs.append(pipeline.to_runner_api())
+        return submit(pipeline, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(beam.Pipeline, "run", run_and_keep)
+        summary = run({**load_config(TINY, input=INPUTS, output=str(out), workers=1)}, echo=False)
+    return out, summary, graphs
+
+
+def flatten_inputs_read_elsewhere(graph) -> list[tuple[str, str]]:
+    """(Flatten, the transform producing its input) pairs where a GroupByKey or a side input also reads
+    that input: the shape
+    Beam's Java fuser, which the Flink and Spark job servers run, cannot place (apache/beam issue
+    34647: "PCollectionNode should have exactly one producing PTransformNode")."""
+    transforms = [t for t in graph.components.transforms.values() if not t.subtransforms]
+    producer = {pcoll: t.unique_name for t in transforms for pcoll in t.outputs.values()}
+    urns = common_urns.primitives
+
+    def materializes(consumer, pcoll) -> bool:
+        if consumer.spec.urn == urns.GROUP_BY_KEY.urn:
+            return pcoll in consumer.inputs.values()
+        if consumer.spec.urn == urns.PAR_DO.urn:
+            side = beam_runner_api_pb2.ParDoPayload.FromString(consumer.spec.payload).side_inputs
+            return any(consumer.inputs[tag] == pcoll for tag in side)
+        return False
+
+    return [(flatten.unique_name, producer[pcoll])
+            for flatten in transforms if flatten.spec.urn == urns.FLATTEN.urn
+            for pcoll in set(flatten.inputs.values())
+            if any(materializes(t, pcoll) for t in transforms if t is not flatten)]
+
+
+def test_no_flatten_input_is_also_grouped_or_a_side_input(local_run):
+    graphs = local_run[2]
+    assert graphs and all(len(g.components.transforms) > 100 for g in graphs)
+    assert [pair for g in graphs for pair in flatten_inputs_read_elsewhere(g)] == []
+
+
+def test_the_rule_finds_the_shape_the_java_fuser_rejects():
+    with beam.Pipeline() as p:  # the reproduction in apache/beam issue 34647, plus a side input
+        a = p | "a" >> beam.Create([("a", 1)])
+        b = p | "b" >> beam.Create([("b", 2)])
+        _ = (a, b) | "Both" >> beam.Flatten() | "Print" >> beam.Map(str)
+        _ = a | "Group" >> beam.GroupByKey()
+        _ = p | "c" >> beam.Create([0]) | "Side" >> beam.Map(lambda x, s: x, beam.pvalue.AsList(b))
+        graph = p.to_runner_api()
+    assert sorted(flatten_inputs_read_elsewhere(graph)) == [("Both", "a/Map(decode)"), ("Both", "b/Map(decode)")]
 
 
 def _curate_run(out: Path, beam_args: list[str], seconds: int) -> dict:
@@ -57,7 +110,7 @@ def _curate_run(out: Path, beam_args: list[str], seconds: int) -> dict:
 def test_an_engine_gives_the_local_runner_s_bytes(runner, local_run, tmp_path):
     option, binary = ENGINE_BINARIES[runner]
     assert Path(binary).exists(), f"{binary} is missing: `make engines` builds it"
-    local_out, local = local_run
+    local_out, local, _ = local_run
     summary = _curate_run(tmp_path, ENGINES[runner], 600)
     assert summary["runner"] == runner and local["runner"] == "FnApiRunner"
     assert json.loads((tmp_path / "stats" / "audit.json").read_text())["ok"]
@@ -78,3 +131,7 @@ def test_the_engines_are_the_pinned_ones_and_are_passed_unless_named():
     assert engine_args("PrismRunner", []) == [f"--prism_location={prism}"]
     assert engine_args("PrismRunner", ["--prism_location=/opt/prism"]) == []
     assert engine_args("FnApiRunner", []) == [] and engine_args("DataflowRunner", []) == []
+    flink = engine_args("FlinkRunner", ["--job_server_jvm_properties=-Xss64m"])
+    assert f"--flink_job_server_jar={ENGINE_BINARIES['FlinkRunner'][1]}" in flink and "--streaming" in flink
+    assert not any(a.startswith("--job_server_jvm_properties") for a in flink)
+    assert "--streaming" not in engine_args("FlinkRunner", ["--streaming"])
