@@ -24,7 +24,9 @@ import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
 
 from pipelines import beam_overhead, io
 from pipelines.audit import add_audit, audit_report
@@ -318,6 +320,30 @@ def _upstream_docs(p, root: str, folder: str, built_here: bool, previous, writes
             | f"{label}/Read" >> beam.io.ReadAllFromParquet())
 
 
+def _dry_run_summary(summary: dict, graph, runner, echo: bool) -> dict:
+    """What a dry run checked: the graph's size and, where the runner translated it (DataflowRunner:
+    the job it would submit), the translated pipeline's size and what its workers would be given
+    (container image, staged files such as this package's sdist from --setup_file)."""
+    translated = getattr(runner, "proto_pipeline", None)
+    summary = {**summary, "dry_run": True, "transforms": sum(not t.subtransforms for t in graph.components.transforms.values())}
+    if translated is not None:
+        envs = translated.components.environments.values()
+        summary["translated_bytes"] = translated.ByteSize()
+        summary["worker_images"] = sorted({beam_runner_api_pb2.DockerPayload.FromString(e.payload).container_image
+                                           for e in envs if e.urn == common_urns.environments.DOCKER.urn})
+        summary["staged_files"] = sorted({beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(a.role_payload).staged_name
+                                          for e in envs for a in e.dependencies
+                                          if a.role_urn == common_urns.artifact_roles.STAGING_TO.urn})
+    if echo:
+        made = ""
+        if translated is not None:
+            made = (f"; translated: {summary['translated_bytes']:,} bytes, workers {', '.join(summary['worker_images'])}"
+                    f" given {', '.join(summary['staged_files']) or 'no staged files'}")
+        print(f"dry run: {summary['runner']} took the graph ({summary['transforms']:,} transforms{made}); "
+              "nothing was submitted, read or written")
+    return summary
+
+
 def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True,
         progress: bool = True) -> dict:
     """Run the configured stages as one Beam pipeline, reusing finished groups whose fingerprints match.
@@ -329,7 +355,14 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         raise ConfigError(f"--stages: unknown stages {unknown}; known: {list(STAGES)}")
     names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
     check_plan(names)
-    cfg = {**cfg, "input_files": match_inputs(cfg["input"])}
+    # Beam's --dry_run: build the whole graph and hand it to the runner, which translates it (Dataflow:
+    # the job request, offline) and submits nothing; the input is not listed, the output not touched
+    asked = PipelineOptions([f"--runner={cfg['runner']}", *cfg["beam_args"]])
+    dry_run = asked.view_as(TestOptions).dry_run
+    if dry_run and asked.view_as(StandardOptions).runner != "DataflowRunner":
+        raise UserError("--dry_run: only DataflowRunner translates a job without running it; other runners would run it")
+    files = [{"path": p, "size": 0, "mtime": None} for p in cfg["input"]] if dry_run else match_inputs(cfg["input"])
+    cfg = {**cfg, "input_files": files}
     cfg["workers"] = local_workers(cfg["workers"], sum(f["size"] for f in cfg["input_files"]))
     options = pipeline_options(cfg)
     runner = options.view_as(StandardOptions).runner  # options after `--` win
@@ -354,7 +387,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                                             STAGES[name].settings_from, side)
             fingerprints[name] = upstream_fp
             markers[name] = {"fingerprint": upstream_fp, **({"input_files": cfg["input_files"]} if reads_input else {})}
-        found = {name: io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
+        found = {name: None if dry_run else io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         for name in group:
             changed = found[name] and found[name].get("input_files") not in (None, cfg["input_files"])
             if changed and STAGES[name].reads == READS_INPUT:
@@ -377,11 +410,11 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     audited = audited_stages([n for n in names if n not in skipped])
     audit_path = io.join(root, "stats", "audit.json")
     runs_audited = any(results is None and set(group) & set(audited) for group, _, results in plan)
-    if runs_audited:
+    if runs_audited and not dry_run:
         io.delete_tree(audit_path)
-    with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or not FileSystems.exists(audit_path))
+    with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or dry_run or not FileSystems.exists(audit_path))
     to_run = [group for group, _, results in plan if results is None]
-    for group in to_run:
+    for group in to_run if not dry_run else ():
         for name in group:
             for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
                 io.delete_tree(io.join(root, folder))
@@ -418,7 +451,10 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 upstream = STAGES[group[-1]].documents
             if with_audit:
                 add_audit(p, root, audited, STAGES[audited[-1]].documents, audit_ready)
+            graph = p.to_runner_api() if dry_run else None
         summary["wall_s"] = round(time.time() - started, 2)
+    if dry_run:
+        return _dry_run_summary(summary, graph, p.runner, echo)
     reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
     for group, markers, results in plan:
         if results is None:

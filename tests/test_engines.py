@@ -24,7 +24,7 @@ import pytest
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
-from pipelines.config import load_config
+from pipelines.config import UserError, load_config
 from pipelines.run import ENGINE_BINARIES, engine_args, run
 from tests.test_portable import _outputs
 from tests.warc_factory import DATA, MINI
@@ -135,3 +135,24 @@ def test_the_engines_are_the_pinned_ones_and_are_passed_unless_named():
     assert f"--flink_job_server_jar={ENGINE_BINARIES['FlinkRunner'][1]}" in flink and "--streaming" in flink
     assert not any(a.startswith("--job_server_jvm_properties") for a in flink)
     assert "--streaming" not in engine_args("FlinkRunner", ["--streaming"])
+
+
+def test_dataflow_translates_the_configured_job_offline():
+    """configs/dataflow.yaml as written, with Beam's --dry_run: DataflowRunner validates the options and
+    translates the whole graph into the job it would submit (the worker image at the SDK's version,
+    this package's sdist from --setup_file staged as workflow.tar.gz), with no network and nothing
+    read or written."""
+    cmd = [sys.executable, "-m", "pipelines.cli", "run", "--config", "configs/dataflow.yaml", "--", "--dry_run=true"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("dry run: DataflowRunner took the graph"), line
+    assert int(re.search(r"\(([\d,]+) transforms", line).group(1).replace(",", "")) > 1000
+    assert "beam_python3.11_sdk:2.77.0" in line and "workflow.tar.gz" in line
+
+
+def test_a_dry_run_on_a_runner_that_would_run_it_is_refused(tmp_path):
+    cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1)
+    with pytest.raises(UserError, match="only DataflowRunner"):
+        run({**cfg, "beam_args": ["--dry_run=true"]}, echo=False)
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,214 @@
+"""A Common Crawl snapshot on paper: what every GroupByKey of a run shuffles, measured on copies of a real
+WARC at two sizes, projected to a snapshot (~3 billion pages, ~100 TB of WARC) on Dataflow and on a
+Spark cluster.
+
+    python benchmarks/crawl_projection.py measure [--warc PATH] [--pages 1700 10000] [--out FILE]
+    python benchmarks/crawl_projection.py project FILE [--snapshot-pages 3e9] [--snapshot-bytes 100e12]
+
+`measure` runs `curate run` (every stage, the default config) in this process on FnApiRunner with one
+worker, where every GroupByKey passes through the runner's grouping buffer, and counts per GroupByKey
+the elements, their encoded bytes, the keys, and the largest key (its bytes and values); per stage the
+records in and out; the bytes written per output folder; the run's wall clock (one busy core: the
+core-seconds the pages cost). The counting wraps Beam's grouping buffer in this measuring process
+only; the pipeline itself runs as released. The copies are made as benchmarks/end_to_end.py makes
+them (distinct record ids, the same texts): every copy after the first is a duplicate, so a
+content-keyed GroupByKey (text hash, image URL) holds one value per copy in each key, and the stages
+after dedup see one copy's survivors. What a key's size depends on at crawl scale is how many pages
+share its content, which copies cannot measure; the script reports the bytes each value adds, and how
+many sharing pages make a key of 2 GiB.
+
+`project` fits each measured quantity linearly in pages between the two sizes (a GroupByKey's bytes,
+the output bytes, core-seconds) and prints the projection as JSON and as a Markdown table: shuffle
+bytes per stage, the content-keyed GroupByKeys by the number of sharing pages that makes a key 2 GiB,
+worker-hours and cost at the list prices below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)
+
+from benchmarks.end_to_end import DEFAULT_WARC, make_input  # noqa: E402
+
+# List prices, us-central1, on demand, as the providers published them in 2025 (check before budgeting):
+# Dataflow batch workers per vCPU-hour and GB-hour of memory, Dataflow Shuffle per GB processed;
+# Compute Engine n2 per vCPU-hour and GB-hour, plus Dataproc's fee per vCPU-hour, for the Spark cluster.
+PRICES = {
+    "dataflow_vcpu_hour": 0.056, "dataflow_gb_hour": 0.003557, "dataflow_shuffle_gb": 0.011,
+    "n2_vcpu_hour": 0.031611, "n2_gb_hour": 0.004237, "dataproc_vcpu_hour": 0.010,
+}
+WORKER = {"vcpus": 8, "memory_gb": 32}  # n2-standard-8, configs/dataflow.yaml's machine type
+UTILIZATION = 0.7  # busy share of a worker's vCPUs over a batch job (stragglers, start-up, shuffle waits)
+KEY_LIMIT_BYTES = 2 * 2**30  # one key's values that a Spark or Flink batch task holds in memory, at most
+
+
+def measure(warc: Path, pages: int, work: Path) -> dict:
+    """One in-process `curate run` of about `pages` pages, with its GroupByKeys counted."""
+    from apache_beam.coders.coder_impl import create_InputStream
+    from apache_beam.runners.portability.fn_api_runner import execution
+
+    from pipelines.config import load_config
+    from pipelines.run import run
+
+    groups = collections.defaultdict(lambda: {"elements": 0, "bytes": 0, "keys": collections.Counter(),
+                                              "values": collections.Counter()})
+    get_buffer, append = execution.BundleContextManager.get_buffer, execution.GroupingBuffer.append
+
+    def labelled_get_buffer(self, buffer_id, transform_id):
+        buffer = get_buffer(self, buffer_id, transform_id)
+        kind, name = execution.split_buffer_id(buffer_id)
+        if kind == "group" and not hasattr(buffer, "label"):
+            buffer.label = self.execution_context.pipeline_components.transforms[name].unique_name
+        return buffer
+
+    def counting_append(self, elements_data: bytes):
+        stats = groups[getattr(self, "label", "?")]
+        stream, coder, key_coder = create_InputStream(elements_data), self._pre_grouped_coder.get_impl(), self._key_coder.get_impl()
+        while stream.size() > 0:
+            before = stream.size()
+            key = key_coder.encode(coder.decode_from_stream(stream, True).value[0])
+            stats["elements"] += 1
+            stats["bytes"] += before - stream.size()
+            stats["keys"][key] += before - stream.size()
+            stats["values"][key] += 1
+        append(self, elements_data)
+
+    data = make_input(warc, pages, work / f"copies-{pages}")
+    out = work / f"out-{pages}"
+    execution.BundleContextManager.get_buffer, execution.GroupingBuffer.append = labelled_get_buffer, counting_append
+    try:
+        wall = time.perf_counter()
+        summary = run(load_config(str(ROOT / "configs" / "local.yaml"), input=data["files"], output=str(out), workers=1),
+                      echo=False, progress=False)
+        wall = time.perf_counter() - wall
+    finally:
+        execution.BundleContextManager.get_buffer, execution.GroupingBuffer.append = get_buffer, append
+    written = collections.Counter()
+    for f in out.rglob("*"):
+        if f.is_file() and f.parts[len(out.parts)] not in ("logs", "stats"):
+            rel = f.relative_to(out).parts
+            written["/".join(rel[:2] if rel[0] in ("docs", "dropped") else rel[:1])] += f.stat().st_size
+    gbk = {}
+    for label, s in sorted(groups.items()):
+        top_key, top_bytes = s["keys"].most_common(1)[0] if s["keys"] else (b"", 0)
+        gbk[label] = {"elements": s["elements"], "bytes": s["bytes"], "keys": len(s["keys"]),
+                      "largest_key_bytes": top_bytes, "largest_key_values": s["values"][top_key]}
+    return {"pages": data["pages"], "warc_bytes": data["bytes"], "files": len(data["files"]),
+            "core_s": round(wall, 1),
+            "stages": {s["stage"]: {"in": s["in"], "out": s["out"], "dropped": sum(s["dropped"].values())}
+                       for s in summary["stages"]},
+            "written_bytes": dict(sorted(written.items())), "gbk": gbk}
+
+
+def stage_of(label: str) -> str:
+    """The stage a GroupByKey belongs to: its label's first part (e.g. near_dedup/Dedup/... -> near_dedup)."""
+    return label.split("/")[0]
+
+
+def linear(small: float, large: float, n_small: float, n_large: float, n: float) -> float:
+    """small at n_small and large at n_large, extended along their line to n (never below zero)."""
+    slope = (large - small) / (n_large - n_small)
+    return max(0.0, large + slope * (n - n_large))
+
+
+def project(measured: list[dict], pages: float, warc_bytes: float) -> dict:
+    """The snapshot's figures from two measured runs (the smaller first)."""
+    a, b = sorted(measured, key=lambda m: m["pages"])[:2]
+    at = lambda x, y: linear(x, y, a["pages"], b["pages"], pages)  # noqa: E731
+    by_stage, keys = collections.defaultdict(float), []
+    for label in sorted(set(a["gbk"]) | set(b["gbk"])):
+        ga, gb = a["gbk"].get(label), b["gbk"].get(label)
+        if not ga or not gb:
+            continue
+        by_stage[stage_of(label)] += at(ga["bytes"], gb["bytes"])
+        if not label.endswith("GroupShard") and gb["largest_key_values"] > 1:  # shards: keys fixed by config
+            per_value = gb["largest_key_bytes"] / gb["largest_key_values"]
+            keys.append({"gbk": label, "largest_key_bytes": gb["largest_key_bytes"],
+                         "largest_key_values": gb["largest_key_values"], "bytes_per_value": round(per_value),
+                         "values_for_key_limit": round(KEY_LIMIT_BYTES / per_value)})
+    shuffle = sum(by_stage.values())
+    core_s = at(a["core_s"], b["core_s"])
+    vcpu_hours = core_s / 3600 / UTILIZATION
+    worker_hours = vcpu_hours / WORKER["vcpus"]
+    p = PRICES
+    dataflow = {"vcpu": vcpu_hours * p["dataflow_vcpu_hour"],
+                "memory": worker_hours * WORKER["memory_gb"] * p["dataflow_gb_hour"],
+                "shuffle": shuffle / 1e9 * p["dataflow_shuffle_gb"]}
+    spark = {"vms": vcpu_hours * p["n2_vcpu_hour"] + worker_hours * WORKER["memory_gb"] * p["n2_gb_hour"],
+             "dataproc": vcpu_hours * p["dataproc_vcpu_hour"]}
+    return {
+        "measured_at_pages": [a["pages"], b["pages"]],
+        "snapshot": {"pages": pages, "warc_bytes": warc_bytes,
+                     "warc_bytes_by_pages": at(a["warc_bytes"], b["warc_bytes"])},
+        "shuffle_bytes_by_stage": dict(sorted(by_stage.items(), key=lambda kv: -kv[1])),
+        "shuffle_bytes": shuffle,
+        # mixed-dev's pages are smaller than a snapshot's average (WARC bytes a page): what grows with a
+        # page's bytes (texts, image bytes, core-seconds of extraction) may grow by up to this factor more
+        "bytes_per_page_ratio": warc_bytes / at(a["warc_bytes"], b["warc_bytes"]),
+        "written_bytes": {k: at(a["written_bytes"].get(k, 0), b["written_bytes"].get(k, 0))
+                          for k in sorted(set(a["written_bytes"]) | set(b["written_bytes"]))},
+        "core_ms_per_page": [round(a["core_s"] / a["pages"] * 1000, 2), round(b["core_s"] / b["pages"] * 1000, 2)],
+        "vcpu_hours": vcpu_hours, "worker_hours": worker_hours, "worker": WORKER, "utilization": UTILIZATION,
+        "cost_usd": {"dataflow": {**dataflow, "total": sum(dataflow.values())},
+                     "spark_on_n2_dataproc": {**spark, "total": sum(spark.values())}},
+        "content_keys": sorted(keys, key=lambda k: k["values_for_key_limit"]),
+        "prices": PRICES,
+    }
+
+
+def markdown(proj: dict) -> str:
+    gb = lambda x: f"{x / 1e9:,.0f} GB" if x < 1e12 else f"{x / 1e12:,.1f} TB"  # noqa: E731
+    r = proj["bytes_per_page_ratio"]
+    rows = [f"| stage | shuffled, by pages | by WARC bytes (x{r:.1f}) |", "|---|---|---|"]
+    rows += [f"| {stage} | {gb(n)} | {gb(n * r)} |" for stage, n in proj["shuffle_bytes_by_stage"].items() if n >= 1e9]
+    rows += [f"| all | {gb(proj['shuffle_bytes'])} | {gb(proj['shuffle_bytes'] * r)} |", "",
+             "| content-keyed GroupByKey | largest key measured | bytes a value | sharing pages for a 2 GiB key |",
+             "|---|---|---|---|"]
+    rows += [f"| {k['gbk']} | {k['largest_key_bytes']:,} B, {k['largest_key_values']:,} values | {k['bytes_per_value']:,} | "
+             f"{k['values_for_key_limit']:,} |" for k in proj["content_keys"][:8]]
+    cost = proj["cost_usd"]
+    rows += ["", f"{proj['core_ms_per_page'][1]} core-ms a page; {proj['vcpu_hours']:,.0f} vCPU-hours, "
+             f"{proj['worker_hours']:,.0f} {proj['worker']['vcpus']}-vCPU worker-hours at {proj['utilization']:.0%} busy; "
+             f"Dataflow ${cost['dataflow']['total']:,.0f} (shuffle ${cost['dataflow']['shuffle']:,.0f}), "
+             f"Spark on n2 + Dataproc ${cost['spark_on_n2_dataproc']['total']:,.0f}."]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--warc", type=Path, default=DEFAULT_WARC)
+    m.add_argument("--pages", type=int, nargs=2, default=[1700, 10000])
+    m.add_argument("--work", type=Path, default=None, help="folder for the copies and outputs (kept)")
+    m.add_argument("--out", type=Path, default=None, help="write the measurement JSON here too")
+    pr = sub.add_parser("project")
+    pr.add_argument("measured", type=Path)
+    pr.add_argument("--snapshot-pages", type=float, default=3e9)
+    pr.add_argument("--snapshot-bytes", type=float, default=100e12)
+    args = ap.parse_args()
+    if args.cmd == "measure":
+        with tempfile.TemporaryDirectory() as tmp:
+            work = args.work or Path(tmp)
+            result = {"warc": str(args.warc), "runs": [measure(args.warc, n, work) for n in args.pages]}
+        text = json.dumps(result, indent=1)
+        if args.out:
+            args.out.write_text(text)
+        print(text)
+    else:
+        measured = json.loads(args.measured.read_text())["runs"]
+        proj = project(measured, args.snapshot_pages, args.snapshot_bytes)
+        print(json.dumps(proj, indent=1))
+        print(markdown(proj), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
