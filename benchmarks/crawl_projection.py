@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.end_to_end import DEFAULT_WARC, make_input  # noqa: E402
+from benchmarks.record import record  # noqa: E402
 
 # List prices, us-central1, on demand, as the providers published them in 2025 (check before budgeting):
 # Dataflow batch workers per vCPU-hour and GB-hour of memory, Dataflow Shuffle per GB processed;
@@ -83,6 +85,7 @@ def measure(warc: Path, pages: int, work: Path) -> dict:
 
     data = make_input(warc, pages, work / f"copies-{pages}")
     out = work / f"out-{pages}"
+    shutil.rmtree(out, ignore_errors=True)  # a finished earlier run would be reused, not measured
     execution.BundleContextManager.get_buffer, execution.GroupingBuffer.append = labelled_get_buffer, counting_append
     try:
         wall = time.perf_counter()
@@ -208,6 +211,14 @@ def main() -> None:
         proj = project(measured, args.snapshot_pages, args.snapshot_bytes)
         print(json.dumps(proj, indent=1))
         print(markdown(proj), file=sys.stderr)
+        r, tb = proj["bytes_per_page_ratio"], 1e12
+        record(__file__, {
+            "measured at pages": " / ".join(f"{n:,}" for n in proj["measured_at_pages"]),
+            "shuffled, by pages / by WARC bytes": f"{proj['shuffle_bytes'] / tb:,.0f} / {proj['shuffle_bytes'] * r / tb:,.0f} TB",
+            "largest shuffles": ", ".join(f"{k} {v / tb:,.0f} TB" for k, v in list(proj["shuffle_bytes_by_stage"].items())[:3]),
+            "core-ms a page": proj["core_ms_per_page"][1],
+            "Dataflow / Spark (n2 + Dataproc), by pages": f"${proj['cost_usd']['dataflow']['total']:,.0f} / "
+                                                          f"${proj['cost_usd']['spark_on_n2_dataproc']['total']:,.0f}"}, proj)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
+
+from benchmarks.record import record  # noqa: E402
+
 DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 CURATE = str(Path(sys.executable).with_name("curate"))
 RECORD_ID = re.compile(rb"^(WARC-Record-ID:\s*<urn:uuid:)([0-9a-fA-F-]+)>", re.M)
@@ -260,6 +263,15 @@ def main() -> None:
     result["fixed_s"] = {f"sample_last_group_{last}": min(reruns), "tries_wall_s": reruns,
                          "nothing_to_do": noop["wall_s"], "goal_s": 5}
     print(json.dumps(result, indent=2))
+    headline = {}
+    for key, run in result["curate"].items():
+        pages, workers = key.split("/")
+        vs = f", {run['per_core_vs_datatrove']}x datatrove per core" if "per_core_vs_datatrove" in run else ""
+        headline[f"{int(pages):,} pages, {workers}"] = f"{run['wall_s']} s{vs}"
+    headline.update({f"2 workers vs 1 at {int(p):,} pages": f"{x}x" for p, x in result.get("speedup_2w", {}).items()})
+    headline["last-group rerun / nothing to do"] = (f"{result['fixed_s'][f'sample_last_group_{last}']} / "
+                                                    f"{result['fixed_s']['nothing_to_do']} s")
+    record(__file__, headline, result)
 
 
 if __name__ == "__main__":

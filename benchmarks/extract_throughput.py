@@ -33,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # repo root, not benchmarks/ (its packing.py would shadow the package)
+
+from benchmarks.record import record  # noqa: E402
 DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 
 
@@ -173,6 +175,12 @@ def main():
                         ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"])
         result[f"full_text_branch_{args.workers}w"] = {**full, "docs_per_s": round(full["docs_extracted"] / full["wall_s"], 1)}
     print(json.dumps(result, indent=1))
+    headline = {"bare loop, pages/s": result["bare"]["docs_per_s"]}
+    headline.update({f"read+extract, {w} worker(s), per core vs the bare loop": f"{b['ratio_per_core']} end to end, "
+                     f"{b['steady_ratio_per_core']} steady" for w, b in results.items()})
+    if f"full_text_branch_{args.workers}w" in result:
+        headline[f"text branch, {args.workers} workers, pages/s"] = result[f"full_text_branch_{args.workers}w"]["docs_per_s"]
+    record(__file__, headline, result)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
+
+from benchmarks.record import record  # noqa: E402
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "html" / "scrapinghub_aeb"
 TOKEN = re.compile(r"\w+")
 # Pages each engine runs untimed before each timed pass: the engine that ran before it (trafilatura's
@@ -229,13 +231,17 @@ def main(argv=None) -> int:
         # (the same work as `default`) gave 5.99-9.45x by it and 8.6-9.3x by its fastest passes.
         r["speed_vs_trafilatura"] = round(seconds["trafilatura"] / seconds[name], 2)
         r["speed_vs_trafilatura_by_round"] = [round(t["trafilatura"] / t[name], 2) for t in rounds]
-    print(json.dumps({"benchmark": "main-text extraction vs annotated article bodies", "data": str(args.data),
-                      "pages": len(pages), "half": args.half,
-                      "metric": "per-page bag-of-tokens precision/recall/F1, averaged",
-                      "engines": results,
-                      "boilerplate_step": {"ms_per_page": step_ms(default_texts, [p[2] for p in pages]),
-                                           "on": "the extractor's texts, held-out heads"},
-                      "goal": "default f1 >= trafilatura f1 at >= 10x trafilatura's docs/s"}, indent=2))
+    report = {"benchmark": "main-text extraction vs annotated article bodies", "data": str(args.data),
+              "pages": len(pages), "half": args.half,
+              "metric": "per-page bag-of-tokens precision/recall/F1, averaged",
+              "engines": results,
+              "boilerplate_step": {"ms_per_page": step_ms(default_texts, [p[2] for p in pages]),
+                                   "on": "the extractor's texts, held-out heads"},
+              "goal": "default f1 >= trafilatura f1 at >= 10x trafilatura's docs/s"}
+    print(json.dumps(report, indent=2))
+    record(__file__, {"pages": len(pages), **{
+        f"{name} F1 (P / R)": f"{r['f1']} ({r['precision']} / {r['recall']}), {r['speed_vs_trafilatura']}x trafilatura's speed"
+        for name, r in results.items()}}, report)
     return 0
 
 

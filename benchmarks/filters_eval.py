@@ -33,6 +33,8 @@ import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
+from benchmarks.record import record  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from filters import train_synthetic as T  # noqa: E402
@@ -306,6 +308,13 @@ def main():
         labels = args.labels or args.corpus.replace(".warc.gz", "").replace(".warc", "") + ".labels.jsonl"
         report["corpus"] = corpus(scorer, args.corpus, labels, args.data, thr, llm)
     print(json.dumps(report, indent=1))
+    held = report["heldout"]
+    headline = {"llm_generated ROC-AUC, generators held out": held["llm_generated"]["all_heldout"]["roc_auc"],
+                "poor_mt ROC-AUC, systems held out": held["poor_mt"]["all_heldout"]["roc_auc"],
+                "docs/s, one process": report["throughput"]["docs_per_s_single_process"]}
+    if "corpus" in report:
+        headline["human pages dropped (corpus)"] = report["corpus"]["human"]["all"]["dropped_frac"]
+    record(__file__, headline, report)
 
 
 if __name__ == "__main__":

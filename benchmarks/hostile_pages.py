@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
+from benchmarks.record import record  # noqa: E402
+
 from extract.html import ExtractionError, extract_main_text  # noqa: E402
 from extract.images import extract_images_bounded  # noqa: E402
 from extract.interleaved import linearise_bounded  # noqa: E402
@@ -126,6 +128,15 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 report["runs"][scale] = run(pages, Path(tmp))
     print(json.dumps(report, indent=1))
+    headline = {}
+    for scale, steps in report["steps"].items():
+        slowest = max(((page, name, s["seconds"]) for page, by_step in steps.items() for name, s in by_step.items()
+                       if isinstance(s, dict)), key=lambda t: t[2], default=None)
+        if slowest:
+            headline[f"x{scale}: slowest step"] = f"{slowest[1]} on {slowest[0]}, {slowest[2]} s (limit {args.limit_ms / 1000:g} s)"
+    for scale, r in report["runs"].items():
+        headline[f"x{scale}: curate run"] = f"exit {r['exit_code']}, {r['seconds']} s; {r['loss_audit'] or 'no loss audit line'}"
+    record(__file__, headline, report)
 
 
 if __name__ == "__main__":

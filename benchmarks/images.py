@@ -39,6 +39,8 @@ from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parents[1])  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
+from benchmarks.record import record  # noqa: E402
+
 import apache_beam as beam  # noqa: E402
 import imagehash  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
@@ -169,6 +171,13 @@ def score(labels, pairs, dropped, counters, min_side: int, wall: float, sha_of: 
             "counters": counters, "disagreements": disagreements}
 
 
+def headline(result: dict) -> dict:
+    """The figures docs/benchmarks.md shows: agreement with the labels, or speed against the bare loop."""
+    if "agreement" in result:
+        return {"keep/drop agreement with the labels": result["agreement"], "pairs": result["pairs"]}
+    return {f"{name}: decode + sha256 + pHash vs bare Pillow + imagehash": f"{r['speedup']}x" for name, r in result.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", default=str(SHARED / "image_text" / "skimage_clip"))
@@ -184,6 +193,7 @@ def main(argv=None) -> int:
     else:
         result = throughput(args.images, args.warc, args.rounds)
     print(json.dumps(result, indent=1, ensure_ascii=False))
+    record(__file__, headline(result), result)
     return 0
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
+
+from benchmarks.record import record  # noqa: E402
 DEV = ROOT.parent / "shared" / "data" / "interleaved"
 STAGES = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup", "interleaved_images",
           "interleaved_dedup", "interleaved_vlm", "interleaved_write"]
@@ -73,7 +75,14 @@ def main() -> None:
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if proc.returncode:
                 sys.exit(proc.stderr[-3000:])
-        print(json.dumps(evaluate(out, args.labels, args.pdf_labels), indent=1))
+        result = evaluate(out, args.labels, args.pdf_labels)
+    print(json.dumps(result, indent=1))
+    pdfs = result["pdf"].values()
+    record(__file__, {
+        "web pages with a photo or figure >= 150 px kept": f"{result['web']['kept']} / {result['web']['pages_with_large_images']}",
+        "PDFs kept": f"{sum(p['fate'] == 'kept' for p in pdfs)} / {len(pdfs)}",
+        "abstract in the first nodes": " / ".join(str(p["abstract_in_first_nodes"]) for p in pdfs if "abstract_in_first_nodes" in p)},
+        result)
 
 
 def evaluate(out: Path, labels_path: str, pdf_labels_path: str) -> dict:

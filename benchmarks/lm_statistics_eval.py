@@ -35,6 +35,8 @@ import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root
 
+from benchmarks.record import record  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from filters import train_synthetic as T  # noqa: E402
@@ -217,6 +219,10 @@ def main() -> int:
             out[g] = round(T.roc_auc([r["label"] for r in ev], score), 3)
         report["cascade"][f"{share:.0%}_to_lm"] = out
     print(json.dumps(report, indent=1))
+    record(__file__, {**{f"{name}, ROC-AUC by held-out generator": ", ".join(f"{g} {v}" for g, v in by.items())
+                         for name, by in report["combiners"].items()},
+                      **{f"cascade, {share}": ", ".join(f"{g} {v}" for g, v in by.items())
+                         for share, by in report["cascade"].items()}}, report)
     return 0
 
 

@@ -32,6 +32,8 @@ import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root, not benchmarks/
 
+from benchmarks.record import record  # noqa: E402
+
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -191,8 +193,15 @@ def main() -> None:
     targets = {f"{device}_train_step_le_1.5x_adamw": r["train_step"]["ratio"] <= 1.5 for device, r in results.items()}
     shape = dict(vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, d_hidden=args.d_hidden)
     params = sum(p.numel() for p in Transformer(config).parameters())
-    print(json.dumps({"shape": shape, "params": params, "steps": args.steps, "torch": torch.__version__,
-                      **results, "targets": targets}))
+    report = {"shape": shape, "params": params, "steps": args.steps, "torch": torch.__version__, **results,
+              "targets": targets}
+    print(json.dumps(report))
+    headline = {"params": params}
+    for device, r in results.items():
+        where = r["name"] or f"CPU, {r['threads']} threads"
+        headline[f"{where}: training step, tiered / AdamW"] = f"{r['train_step']['ratio']}x"
+        headline[f"{where}: step() alone"] = f"{r['optimizer_step']['ratio']}x"
+    record(__file__, headline, report)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ import numpy as np
 
 sys.path[0] = str(Path(__file__).resolve().parents[1])  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
+from benchmarks.record import record  # noqa: E402
+
 from packing.bfd import bfd_csr, pack_lengths, pack_lengths_csr, reference_bfd  # noqa: E402
 from packing.chunk import INSIDE_IMAGE, PARAGRAPH, TOKEN, chunk_ends  # noqa: E402
 from packing.vision import visual_tokens  # noqa: E402
@@ -396,6 +398,11 @@ def main(argv=None) -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
+    record(__file__, {
+        **{f"speed vs pure-Python BFD, {r['seq_len']:,}": f"{r['speedup']}x" for r in out["results"] if "speedup" in r},
+        **{f"padding, {r['seq_len']:,}": f"{r['fast']['padding_rate']:.2g}" for r in out["results"]},
+        "every group within lower bound + 1 and padding <= 1e-4": out["targets"]["pipeline_groups_within_lower_bound_plus_1_all"]
+        and out["targets"]["pipeline_groups_padding_le_1e-4_all"]}, out)
     return 0
 
 

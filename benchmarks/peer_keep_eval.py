@@ -27,6 +27,8 @@ import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # repo root, not benchmarks/ (its packing.py would shadow the package)
+
+from benchmarks.record import record  # noqa: E402
 DATA = ROOT.parent / "shared" / "data" / "corpus"
 
 from benchmarks.end_to_end import datatrove_run  # noqa: E402
@@ -71,6 +73,8 @@ def main() -> None:
     for engine in ("resiliparse", "trafilatura"):
         result[f"datatrove_fineweb_{engine}"] = table(datatrove_kept(args.datatrove_python, args.warc, engine), labels)
     print(json.dumps(result, indent=1))
+    record(__file__, {category: ", ".join(f"{who} {r[category][0]}" for who, r in result.items()) + f" of {n}"
+                      for category, (_, n) in result["curate"].items()}, result)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.end_to_end import DEFAULT_WARC, curate_run, make_input  # noqa: E402
+from benchmarks.record import record  # noqa: E402
 
 PRISM = ["--", "--runner=PrismRunner"]
 SPARK = ["--", "--runner=SparkRunner", "--spark_master_url=local[2]"]
@@ -102,6 +103,10 @@ def main() -> None:
                                        "same_bytes_as_first": digest == reference}
             print(json.dumps({name: result["runners"][name]}), file=sys.stderr)
         print(json.dumps(result, indent=1))
+        headline = {"pages": result["input"]["pages"]}
+        headline.update({name: f"{r['wall_s']} s{'' if r['same_bytes_as_first'] else ' (different bytes)'}"
+                         for name, r in result["runners"].items()})
+        record(__file__, headline, result)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,14 @@ import glob
 import json
 import os
 import re
+import sys
 
 import pyarrow.parquet as pq
 import xxhash
+
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root
+
+from benchmarks.record import record  # noqa: E402
 
 
 def load(pattern, columns):
@@ -186,6 +191,8 @@ def main():
     if args.losses:
         report["losses"] = losses(args.run, labels, args.losses, kept)
     print(json.dumps(report, indent=1, ensure_ascii=False))
+    record(__file__, {f"{cat} kept": f"{report[cat]['kept']} / {report[cat]['pages']} ({report[cat]['kept_frac']:.1%})"
+                      for cat in sorted(fate)}, report)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
+from benchmarks.record import record  # noqa: E402
+
 from trainer.loop import train  # noqa: E402
 
 
@@ -42,6 +44,7 @@ def main() -> None:
     if not os.path.isdir(args.shards):
         raise SystemExit(f"{args.shards} not found: run `curate run --output /tmp/trainer_sample` first")
 
+    runs = []
     for lr in (float(x) for x in args.lrs.split(",")):
         result = {"shards": args.shards, "steps": args.steps, "peak_lr": lr, "device": args.device}
         for optimizer in ("tiered", "adamw"):
@@ -73,6 +76,9 @@ def main() -> None:
             result.setdefault("phase_switch_step", out["phase_switch_step"])
         result["bpb_tiered_minus_adamw"] = result["tiered"]["heldout_bpb"] - result["adamw"]["heldout_bpb"]
         print(json.dumps(result), flush=True)
+        runs.append(result)
+    record(__file__, {f"held-out BPB at lr {r['peak_lr']:g}, {args.steps} steps on {args.device}, tiered vs AdamW":
+                      f"{r['tiered']['heldout_bpb']:.3f} vs {r['adamw']['heldout_bpb']:.3f}" for r in runs}, {"runs": runs})
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from itertools import combinations
 import apache_beam as beam
 import numpy as np
 
-from dedup.near import COUNTERS, DUPLICATES, ChooseSurvivor, ConnectedComponents
+from dedup.near import COUNTERS, ChooseSurvivors, ConnectedComponents
 
 
 def public_row(row: dict) -> dict:
@@ -169,13 +169,11 @@ class DedupPairs(beam.PTransform):
                  | "Flatten" >> beam.Flatten() | "GroupNodes" >> beam.GroupByKey()
                  | "SplitByRoot" >> beam.ParDo(_SplitByRoot()).with_outputs("clustered", main="alone"))
         reason = self.reason
-        chosen = (split.clustered | "GroupClusters" >> beam.GroupByKey()
-                  | "Survivor" >> beam.ParDo(ChooseSurvivor(self.rank, self.clusters.prefix)).with_outputs(
-                      DUPLICATES, COUNTERS, main="kept"))
-        drops = chosen[DUPLICATES] | "Drops" >> beam.MapTuple(
+        chosen = split.clustered | "Survivors" >> ChooseSurvivors(self.rank, self.clusters.prefix)
+        drops = chosen.duplicates | "Drops" >> beam.MapTuple(
             lambda pair, survivor, size: (public_row(pair), reason, survivor))
         kept = (split.alone, chosen.kept) | "Kept" >> beam.Flatten()
-        return kept, drops, (bucket_counters, chosen[COUNTERS]) | "Counters" >> beam.Flatten()
+        return kept, drops, (bucket_counters, chosen.counters) | "Counters" >> beam.Flatten()
 
 
 def phash_node(pair):

@@ -334,36 +334,73 @@ class _AttachRoot(beam.DoFn):
                 yield doc if root is None else beam.pvalue.TaggedOutput("clustered", (root, doc))
 
 
-class ChooseSurvivor(beam.DoFn):
-    """(key, docs) -> the doc with the smallest (rank(doc), id); the others as DUPLICATES
-    (doc, survivor_id, cluster_size). Exactly one doc survives even when an id occurs twice (one
-    record copied into two input files): the copy read from the smallest (warc_file, warc_offset).
-    First pass ranks and counts, second pass emits; counters are `<prefix>clusters` and
-    `<prefix>cluster_size/<bin>` for groups of two or more."""
+def survivor_key(rank, doc: dict) -> tuple:
+    """A cluster member's place in the survivor order; the smallest survives: (rank(doc), id), then the
+    (warc_file, warc_offset) it was read from, so that exactly one survives when one record was copied
+    into two input files."""
+    return rank(doc), doc["id"], doc.get("warc_file") or "", doc.get("warc_offset") or 0
 
-    def __init__(self, rank, prefix: str = PREFIX):
-        self.rank, self.prefix = rank, prefix
 
-    def _key(self, doc):
-        return self.rank(doc), doc["id"], doc.get("warc_file") or "", doc.get("warc_offset") or 0
+class _Decide(beam.DoFn):
+    """(cluster, its members' survivor keys) -> (member key, (the cluster's smallest key, its size)) per
+    member, and the counters `<prefix>clusters` and `<prefix>cluster_size/<bin>` for clusters of two or
+    more. The keys are read twice, never collected."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
 
     def process(self, element):
-        _, docs = element
+        _, keys = element
         size, best = 0, None
-        for doc in docs:
+        for key in keys:
             size += 1
-            key = self._key(doc)
             if best is None or key < best:
                 best = key
-        survivor = best[1]
-        for doc in docs:
-            if self._key(doc) == best:
-                yield doc
-            else:
-                yield beam.pvalue.TaggedOutput(DUPLICATES, (doc, survivor, size))
+        for key in keys:
+            yield key, (best, size)
         if size > 1:
             yield beam.pvalue.TaggedOutput(COUNTERS, (self.prefix + "clusters", 1))
             yield beam.pvalue.TaggedOutput(COUNTERS, (f"{self.prefix}cluster_size/{size_bin(size)}", 1))
+
+
+def _apply_decision(element):
+    """(member key, {"doc": its documents, "decision": [(smallest key, size), ...]}) -> the survivor, or
+    each document as DUPLICATES (doc, survivor id, cluster size)."""
+    key, joined = element
+    best, size = next(iter(joined["decision"]))
+    for doc in joined["doc"]:
+        if key == best:
+            yield doc
+        else:
+            yield beam.pvalue.TaggedOutput(DUPLICATES, (doc, best[1], size))
+
+
+class Survivors(NamedTuple):
+    kept: beam.PCollection
+    duplicates: beam.PCollection  # (doc, survivor_id, cluster_size)
+    counters: beam.PCollection
+
+
+class ChooseSurvivors(beam.PTransform):
+    """(cluster, doc) pairs -> per cluster the member with the smallest `survivor_key` kept, the others
+    duplicates. Only the members' keys are grouped by cluster, and the documents are joined back by
+    their own key: a cluster of a million copies of one page is a million small tuples in one key,
+    not a million documents, which a runner that holds a group in memory could not (docs/crawl.md)."""
+
+    def __init__(self, rank, prefix: str = PREFIX):
+        super().__init__()
+        self.rank, self.prefix = rank, prefix
+
+    def expand(self, members):
+        rank = self.rank
+        keyed = members | "MemberKey" >> beam.MapTuple(lambda cluster, doc: (cluster, (survivor_key(rank, doc), doc)))
+        decided = (keyed | "KeyOnly" >> beam.MapTuple(lambda cluster, kd: (cluster, kd[0]))
+                   | "GroupKeys" >> beam.GroupByKey()
+                   | "Decide" >> beam.ParDo(_Decide(self.prefix)).with_outputs(COUNTERS, main="decisions"))
+        chosen = ({"doc": keyed | "DocByKey" >> beam.Values(), "decision": decided.decisions}
+                  | "JoinDocs" >> beam.CoGroupByKey()
+                  | "Apply" >> beam.FlatMap(_apply_decision).with_outputs(DUPLICATES, main="kept"))
+        return Survivors(chosen.kept, chosen[DUPLICATES], decided[COUNTERS])
 
 
 class NearDedupResult(NamedTuple):
@@ -401,12 +438,10 @@ class NearDedup(beam.PTransform):
                   roots | "TagRoots" >> beam.MapTuple(lambda doc_id, root: (doc_id, (_ROOT, root))))
                  | "FlattenDocs" >> beam.Flatten() | "GroupDocs" >> beam.GroupByKey()
                  | "AttachRoot" >> beam.ParDo(_AttachRoot()).with_outputs("clustered", main="alone"))
-        chosen = (by_id.clustered | "GroupClusters" >> beam.GroupByKey()
-                  | "Survivor" >> beam.ParDo(ChooseSurvivor(cfg["survivor"])).with_outputs(
-                      DUPLICATES, COUNTERS, main="kept"))
-        counters += [chosen[COUNTERS], docs.pipeline | "ZeroCounters" >> beam.Create(
+        chosen = by_id.clustered | "Survivors" >> ChooseSurvivors(cfg["survivor"])
+        counters += [chosen.counters, docs.pipeline | "ZeroCounters" >> beam.Create(
             [(PREFIX + key, 0) for key in always])]
         return NearDedupResult(
             docs=(by_id.alone, chosen.kept) | "Kept" >> beam.Flatten(),
-            duplicates=chosen[DUPLICATES],
+            duplicates=chosen.duplicates,
             counters=counters | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum))

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from dedup.exact import text_hash
-from dedup.near import COUNTERS, DUPLICATES, PARTITION, SURVIVOR_RULES, ChooseSurvivor
+from dedup.near import PARTITION, SURVIVOR_RULES, ChooseSurvivors
 
 
 class ExactDedupResult(NamedTuple):
@@ -28,7 +28,5 @@ class ExactDedup(beam.PTransform):
 
     def expand(self, docs):
         chosen = (docs | "HashText" >> beam.Map(lambda d: ((d.get(PARTITION) or "") + text_hash(d["text"]), d))
-                  | "GroupByHash" >> beam.GroupByKey()
-                  | "Survivor" >> beam.ParDo(ChooseSurvivor(self.rank, "exact/")).with_outputs(
-                      DUPLICATES, COUNTERS, main="kept"))
-        return ExactDedupResult(chosen.kept, chosen[DUPLICATES], chosen[COUNTERS])
+                  | "Survivors" >> ChooseSurvivors(self.rank, "exact/"))
+        return ExactDedupResult(chosen.kept, chosen.duplicates, chosen.counters)

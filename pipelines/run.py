@@ -71,12 +71,17 @@ ENGINE_BINARIES = {
     "FlinkRunner": ("flink_job_server_jar",
                     os.path.join(ENGINES, "flink", "beam-runners-flink-1.19-job-server-2.62.0.jar")),
 }
-# What Flink needs to run this graph (docs/design.md, "Runners"): streaming mode, since the batch
-# (DataSet) optimizer's union traversal does not finish on a graph of this size; network buffers
-# for the ~200 tasks that streaming mode deploys at once (configs/engines/flink/flink-conf.yaml);
-# and a deeper job-server thread stack for the job graph's recursive translation.
+# What the job-server runners need for this graph (docs/design.md, "Runners"). Every one: a job-server
+# timeout longer than a run, since Beam's Python client applies it to the whole job-state stream (the
+# default, 300 s, fails any job that runs longer: apache/beam issue 35867). Flink: streaming mode,
+# since the batch (DataSet) optimizer's union traversal does not finish on a graph of this size;
+# network buffers for the ~200 tasks streaming mode deploys at once (configs/engines/flink/); and a
+# deeper job-server thread stack for the job graph's recursive translation.
+JOB_TIMEOUT = ("job_server_timeout", str(30 * 24 * 3600))
 ENGINE_OPTIONS = {
-    "FlinkRunner": [("flink_conf_dir", os.path.join(ROOT_DIR, "configs", "engines", "flink")),
+    "PrismRunner": [JOB_TIMEOUT],
+    "SparkRunner": [JOB_TIMEOUT],
+    "FlinkRunner": [JOB_TIMEOUT, ("flink_conf_dir", os.path.join(ROOT_DIR, "configs", "engines", "flink")),
                     ("job_server_jvm_properties", "-Xss16m"), ("streaming", None)],
 }
 

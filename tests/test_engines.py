@@ -128,8 +128,8 @@ def test_the_engines_are_the_pinned_ones_and_are_passed_unless_named():
     beam = re.search(r'"apache-beam==([\d.]+)"', pyproject).group(1)
     assert re.search(r"^BEAM_VERSION := ([\d.]+)$", makefile, re.M).group(1) == beam  # Prism = the SDK's version
     prism = ENGINE_BINARIES["PrismRunner"][1]
-    assert engine_args("PrismRunner", []) == [f"--prism_location={prism}"]
-    assert engine_args("PrismRunner", ["--prism_location=/opt/prism"]) == []
+    assert engine_args("PrismRunner", []) == [f"--prism_location={prism}", "--job_server_timeout=2592000"]
+    assert engine_args("PrismRunner", ["--prism_location=/opt/prism", "--job_server_timeout=60"]) == []
     assert engine_args("FnApiRunner", []) == [] and engine_args("DataflowRunner", []) == []
     flink = engine_args("FlinkRunner", ["--job_server_jvm_properties=-Xss64m"])
     assert f"--flink_job_server_jar={ENGINE_BINARIES['FlinkRunner'][1]}" in flink and "--streaming" in flink

@@ -16,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from dedup.minhash import jaccard, shingles
-from dedup.near import (NearDedup, NearDedupConfig, near_dedup_config, _BucketStar, ChooseSurvivor, _HubToLeaves, _LargeStar,
+from dedup.near import (NearDedup, NearDedupConfig, near_dedup_config, _BucketStar, _Decide, _HubToLeaves, _LargeStar,
                         _SmallStar, size_bin)
 from tests.test_minhash import edit, real_texts
 
@@ -194,12 +194,12 @@ def test_hot_groups_stream_in_constant_memory():
     hub_set = np.arange(50_000, dtype=np.uint64).tobytes()
     hub = Reiterable(lambda: itertools.chain(((1, f"leaf{i}") for i in range(n // 2)), [(0, hub_set)],
                                              ((1, f"leaf{i}") for i in range(n // 2, n))))
-    docs = Reiterable(lambda: ({"id": f"{i:012d}", "text": "x" * 100} for i in range(n)))
+    keys = Reiterable(lambda: (((), f"{i:012d}", "f.warc.gz", i) for i in range(n)))
     for name, run in [("bucket", lambda: _BucketStar().process(("key", ids))),
                       ("large-star", lambda: _LargeStar().process(("000000000005", ids))),
                       ("small-star", lambda: _SmallStar().process((f"{n + 1:012d}", ids))),
                       ("hub", lambda: _HubToLeaves().process(("hub", hub))),
-                      ("survivor", lambda: ChooseSurvivor(lambda d: ()).process(("root", docs)))]:
+                      ("survivor", lambda: _Decide("near/").process(("root", keys)))]:
         assert peak_bytes(run) < 2 << 20, name  # 50k members, < 2 MiB: nothing is collected
 
 

@@ -1,0 +1,102 @@
+"""The benchmarks' latest figures, and docs/benchmarks.md written from them.
+
+A benchmark script ends with `record(__file__, headline, result)`: its JSON result and a few headline
+figures go to benchmarks/results/<script>.json with the commit, the date and the machine of the run, and
+docs/benchmarks.md is rewritten from every script's latest record: a row per script with what it
+measures against what (the first paragraph of its docstring), the headline, and where and when it ran.
+Only the latest run of each script is kept; git has the rest.
+
+    python benchmarks/record.py    # rewrites docs/benchmarks.md from the records
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+NOT_SCRIPTS = {"record.py", "__init__.py"}
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when the working tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def record(script: str, headline: dict, result: dict, argv: list[str] | None = None) -> Path:
+    """Keep this run of `script` as its latest: `headline` (a few figures, label -> value) and the
+    whole `result`, with the command's arguments, the commit, the date and the machine. Rewrites
+    docs/benchmarks.md. Returns the record's path."""
+    name = Path(script).stem
+    entry = {"script": f"{name}.py", "args": list(sys.argv[1:] if argv is None else argv), "headline": headline,
+             "commit": _commit(), "date": datetime.date.today().isoformat(), "machine": machine(), "result": result}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(entry, indent=1, ensure_ascii=False) + "\n")
+    DOC.write_text(render())
+    return path
+
+
+def scripts() -> list[Path]:
+    return sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name not in NOT_SCRIPTS)
+
+
+def summary(path: Path) -> str:
+    """The first paragraph of a script's docstring, on one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def render() -> str:
+    rows = ["# Benchmarks", "",
+            "Written by `benchmarks/record.py` from each script's latest record (`benchmarks/results/<script>.json`,",
+            "with its whole result); a script's run rewrites its row. Every script prints its result as JSON and",
+            "measures its baseline in the same run. What the figures mean and what was concluded from them is in",
+            "`docs/design.md` and `docs/crawl.md`.", "",
+            "| script | measures | latest figures | run |", "|---|---|---|---|"]
+    for path in scripts():
+        rec_path = RESULTS / f"{path.stem}.json"
+        rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
+        cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+        if rec is None:
+            rows.append(f"| `{path.name}` | {cell(summary(path))} | not run since records began | |")
+            continue
+        args = " ".join(rec["args"])
+        figures = "; ".join(f"{k}: {_value(v)}" for k, v in rec["headline"].items())
+        rows.append(f"| `{path.name}{(' ' + args) if args else ''}` | {cell(summary(path))} | {cell(figures)} | "
+                    f"{rec['commit']}, {rec['date']}, {rec['machine']} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    DOC.write_text(render())
+    print(DOC)

@@ -1,0 +1,40 @@
+"""docs/benchmarks.md is written by benchmarks/record.py from the scripts' latest records, and says nothing
+else: a row per benchmark script, each record well formed."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import record
+
+
+def test_the_benchmarks_page_is_the_records_rendered():
+    assert record.DOC.read_text() == record.render(), "run `python benchmarks/record.py` after editing a record"
+
+
+def test_every_script_has_a_row_and_every_record_a_script():
+    page = record.DOC.read_text()
+    names = {p.stem for p in record.scripts()}
+    assert names and all(f"| `{name}.py" in page for name in names)
+    for path in record.RESULTS.glob("*.json"):
+        rec = json.loads(path.read_text())
+        if "script" not in rec:  # a script's input kept beside the records (crawl_projection's measurement)
+            continue
+        assert rec["script"] == f"{path.stem}.py" and path.stem in names
+        assert rec["headline"] and {"commit", "date", "machine", "args", "result"} <= rec.keys()
+
+
+def test_a_record_rewrites_its_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(record, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(record, "DOC", tmp_path / "benchmarks.md")
+    record.record("benchmarks/minhash.py", {"speedup": 2.5, "documents": 1200}, {"speedup": 2.5}, argv=["--repeat", "2"])
+    first = record.DOC.read_text()
+    assert "| `minhash.py --repeat 2` |" in first and "speedup: 2.5; documents: 1,200" in first
+    assert "not run since records began" in first  # the other scripts, none recorded here
+    record.record("benchmarks/minhash.py", {"speedup": 3.0}, {"speedup": 3.0}, argv=[])
+    page = record.DOC.read_text()
+    assert "speedup: 3" in page and "2.5" not in page
+
+
+def test_every_script_records_its_run():
+    assert [p.name for p in record.scripts() if "record(__file__" not in p.read_text()] == []
