@@ -399,8 +399,8 @@ def main(argv=None) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     record(__file__, {
-        **{f"speed vs pure-Python BFD, {r['seq_len']:,}": f"{r['speedup']}x" for r in out["results"] if "speedup" in r},
-        **{f"padding, {r['seq_len']:,}": f"{r['fast']['padding_rate']:.2g}" for r in out["results"]},
+        **{f"speed vs pure-Python BFD, {r['L']:,}": f"{r['speedup']}x" for r in out["results"] if "speedup" in r},
+        **{f"padding, {r['L']:,}": f"{r['fast']['padding_rate']:.2g}" for r in out["results"]},
         "every group within lower bound + 1 and padding <= 1e-4": out["targets"]["pipeline_groups_within_lower_bound_plus_1_all"]
         and out["targets"]["pipeline_groups_padding_le_1e-4_all"]}, out)
     return 0
