@@ -398,11 +398,14 @@ def main(argv=None) -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    record(__file__, {
-        **{f"speed vs pure-Python BFD, {r['L']:,}": f"{r['speedup']}x" for r in out["results"] if "speedup" in r},
-        **{f"padding, {r['L']:,}": f"{r['fast']['padding_rate']:.2g}" for r in out["results"]},
-        "every group within lower bound + 1 and padding <= 1e-4": out["targets"]["pipeline_groups_within_lower_bound_plus_1_all"]
-        and out["targets"]["pipeline_groups_padding_le_1e-4_all"]}, out)
+    headline = {}
+    for kind, results in (("text", out["results"]), ("multimodal", out.get("results_multimodal", []))):
+        for r in results:
+            groups = r["pipeline_groups"]
+            headline[f"{kind}, {r['L']:,}"] = (
+                f"{r.get('speedup', '-')}x the pure-Python BFD, padding {r['fast']['padding_rate']:.2g}; pipeline groups "
+                f"{groups['groups_over_padding_target']} of {groups['groups']} over 1e-4 (max {groups['max_padding_rate']:.2g})")
+    record(__file__, headline, out)
     return 0
 
 
