@@ -140,6 +140,7 @@ def main() -> None:
     linearise, screen = _Linearise(cfg["interleaved"]), ScreenText("interleaved_text", cfg)
     for step in [*text_steps, screen]:
         step.setup()
+        step.start_bundle()  # as Beam calls it: the step's counters live per bundle
     rules = {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
              "max_aspect": cfg["interleaved"]["max_aspect"]}
     bodies = list({r["payload"] for r in images})
