@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.end_to_end import DEFAULT_WARC, make_input  # noqa: E402
-from benchmarks.record import record  # noqa: E402
+from benchmarks.record import portable, record  # noqa: E402
 
 # List prices, us-central1, on demand, as the providers published them in 2025 (check before budgeting):
 # Dataflow batch workers per vCPU-hour and GB-hour of memory, Dataflow Shuffle per GB processed;
@@ -201,7 +201,7 @@ def main() -> None:
     if args.cmd == "measure":
         with tempfile.TemporaryDirectory() as tmp:
             work = args.work or Path(tmp)
-            result = {"warc": str(args.warc), "runs": [measure(args.warc, n, work) for n in args.pages]}
+            result = portable({"warc": str(args.warc), "runs": [measure(args.warc, n, work) for n in args.pages]})
         text = json.dumps(result, indent=1)
         if args.out:
             args.out.write_text(text)

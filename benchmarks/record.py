@@ -44,13 +44,26 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
 
 
+def portable(value):
+    """`value` with every absolute path under the checkout's parent folder made relative to the checkout
+    (`/…/shared/data/x` -> `../shared/data/x`), so a record reads the same on every machine."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and value.startswith(str(ROOT.parent) + os.sep):
+        return os.path.relpath(value, ROOT)
+    return value
+
+
 def record(script: str, headline: dict, result: dict, argv: list[str] | None = None) -> Path:
     """Keep this run of `script` as its latest: `headline` (a few figures, label -> value) and the
     whole `result`, with the command's arguments, the commit, the date and the machine. Rewrites
     docs/benchmarks.md. Returns the record's path."""
     name = Path(script).stem
-    entry = {"script": f"{name}.py", "args": list(sys.argv[1:] if argv is None else argv), "headline": headline,
-             "commit": _commit(), "date": datetime.date.today().isoformat(), "machine": machine(), "result": result}
+    entry = portable({"script": f"{name}.py", "args": list(sys.argv[1:] if argv is None else argv),
+                      "headline": headline, "commit": _commit(), "date": datetime.date.today().isoformat(),
+                      "machine": machine(), "result": result})
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(entry, indent=1, ensure_ascii=False) + "\n")

@@ -38,3 +38,10 @@ def test_a_record_rewrites_its_row(tmp_path, monkeypatch):
 
 def test_every_script_records_its_run():
     assert [p.name for p in record.scripts() if "record(__file__" not in p.read_text()] == []
+
+
+def test_records_name_no_path_of_the_machine_they_ran_on():
+    assert record.portable({"warc": str(record.ROOT.parent / "shared" / "x.warc.gz"), "n": [1, "ok"]}) == \
+        {"warc": "../shared/x.warc.gz", "n": [1, "ok"]}
+    for path in record.RESULTS.glob("*.json"):
+        assert str(record.ROOT.parent) not in path.read_text(), path.name
