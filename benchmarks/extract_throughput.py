@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # repo root, not benchmarks/ (its packing.py would shadow the package)
 
 from benchmarks.record import record  # noqa: E402
+
 DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 
 

@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.record import record  # noqa: E402
+
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "html" / "scrapinghub_aeb"
 TOKEN = re.compile(r"\w+")
 # Pages each engine runs untimed before each timed pass: the engine that ran before it (trafilatura's

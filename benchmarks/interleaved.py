@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.record import record  # noqa: E402
+
 DEFAULT_WARC = ROOT.parent / "shared" / "data" / "interleaved" / "interleaved-dev.warc.gz"
 
 

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.record import record  # noqa: E402
+
 DEV = ROOT.parent / "shared" / "data" / "interleaved"
 STAGES = ["interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup", "interleaved_images",
           "interleaved_dedup", "interleaved_vlm", "interleaved_write"]

@@ -27,11 +27,10 @@ import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # repo root, not benchmarks/ (its packing.py would shadow the package)
-
-from benchmarks.record import record  # noqa: E402
 DATA = ROOT.parent / "shared" / "data" / "corpus"
 
 from benchmarks.end_to_end import datatrove_run  # noqa: E402
+from benchmarks.record import record  # noqa: E402
 from benchmarks.text_branch_eval import load  # noqa: E402
 
 ROWS = (("human", "en"), ("human", None), ("llm", "en"), ("poor_mt", "en"), ("low_quality", None))

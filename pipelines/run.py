@@ -68,8 +68,7 @@ ENGINES = os.path.join(ROOT_DIR, "build", "engines")
 ENGINE_BINARIES = {
     "PrismRunner": ("prism_location", os.path.join(ENGINES, "prism")),
     "SparkRunner": ("spark_job_server_jar", os.path.join(ENGINES, "spark", "beam-runners-spark-3-job-server-2.62.0.jar")),
-    "FlinkRunner": ("flink_job_server_jar",
-                    os.path.join(ENGINES, "flink", "beam-runners-flink-1.19-job-server-2.62.0.jar")),
+    "FlinkRunner": ("flink_job_server_jar", os.path.join(ENGINES, "flink", "beam-runners-flink-1.19-job-server-2.62.0.jar")),
 }
 # What the job-server runners need for this graph (docs/design.md, "Runners"). Every one: a job-server
 # timeout longer than a run, since Beam's Python client applies it to the whole job-state stream (the
@@ -419,8 +418,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         io.delete_tree(audit_path)
     with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or dry_run or not FileSystems.exists(audit_path))
     to_run = [group for group, _, results in plan if results is None]
-    for group in to_run if not dry_run else ():
-        for name in group:
+    if not dry_run:
+        for name in (name for group in to_run for name in group):
             for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
                 io.delete_tree(io.join(root, folder))
     if to_run or with_audit:
