@@ -41,7 +41,14 @@ def _commit() -> str:
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+    """Cores, architecture and Python, and the GPU where nvidia-smi names one."""
+    described = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+    try:
+        gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return described
+    return ", ".join([described] + [g.strip() for g in gpus if g.strip()])
 
 
 def portable(value):
