@@ -15,6 +15,8 @@ texts stay the same, so dedup drops the repeats, as it would on a real re-crawl.
                C4, FineWeb quality, JsonlWriter; no dedup) with --datatrove-python;
   bare:        pages/s of a single-process loop (read, charset, main-content extraction only);
   speedup_2w:  curate 2 workers / 1 worker at each size; per_core_vs_datatrove when both ran;
+  budget:      ms per page read, per stage, of one more 1-worker run of the largest size with
+               `--stage-cost` (Beam's per-transform msecs; docs/benchmarks.md shows it as a table);
   fixed_s:     a rerun on the bundled sample with every group finished except the last (--tries times,
                the fastest reported): the cost of a run that does almost nothing (start-up, pipeline
                construction, the last group); and a rerun with nothing left to do.
@@ -120,7 +122,8 @@ def curate_run(files: list[str], out: str, workers: int, extra: list[str] = ()) 
         raise RuntimeError(f"curate run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     summary = json.loads(Path(out, "stats", "summary.json").read_text())
     return {"wall_s": round(wall, 2), "pipeline_wall_s": summary.get("wall_s"),
-            "docs_out": next(s["out"] for s in summary["stages"] if s["stage"] == "near_dedup")}
+            "docs_out": next(s["out"] for s in summary["stages"] if s["stage"] == "near_dedup"),
+            **({"cost": summary["cost"]} if "cost" in summary else {})}
 
 
 DATATROVE_SCRIPT = r'''
@@ -247,6 +250,13 @@ def main() -> None:
         one, two = (result["curate"].get(f"{pages}/{w}w") for w in (1, 2))
         if one and two:
             result.setdefault("speedup_2w", {})[pages] = round(one["wall_s"] / two["wall_s"], 2)
+    # the per-page budget: one more 1-worker run of the largest size with each stage timed (Beam's
+    # state sampler on, which the runs above leave off: it costs about 2 ms per bundle)
+    pages = args.pages[-1]
+    out = tempfile.mkdtemp(prefix="curate-e2e-cost-")
+    timed = curate_run(make_input(args.warc, pages, work / f"in-{pages}")["files"], out, 1, ["--stage-cost"])
+    subprocess.run(["rm", "-rf", out])
+    result["budget"] = {"pages": pages, "workers": 1, "wall_s": timed["wall_s"], **timed["cost"]}
     # fixed cost: the bundled sample (the default config's inputs, what `make run` runs) with every
     # group finished except the last, rerun --tries times
     out = tempfile.mkdtemp(prefix="curate-e2e-fixed-")
@@ -269,6 +279,9 @@ def main() -> None:
         vs = f", {run['per_core_vs_datatrove']}x datatrove per core" if "per_core_vs_datatrove" in run else ""
         headline[f"{int(pages):,} pages, {workers}"] = f"{run['wall_s']} s{vs}"
     headline.update({f"2 workers vs 1 at {int(p):,} pages": f"{x}x" for p, x in result.get("speedup_2w", {}).items()})
+    budget = result["budget"]
+    headline[f"ms per page at {budget['pages']:,} pages, 1 worker, timed"] = (
+        f"{budget['transforms_ms_per_page']} in stages + {budget['runner_ms_per_page']} runner")
     headline["last-group rerun / nothing to do"] = (f"{result['fixed_s'][f'sample_last_group_{last}']} / "
                                                     f"{result['fixed_s']['nothing_to_do']} s")
     record(__file__, headline, result)

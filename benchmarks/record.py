@@ -116,7 +116,28 @@ def render() -> str:
         figures = "; ".join(f"{k}: {_value(v)}" for k, v in rec["headline"].items())
         rows.append(f"| `{path.name}{(' ' + args) if args else ''}` | {cell(summary(path))} | {cell(figures)} | "
                     f"{rec['commit']}, {rec['date']}, {rec['machine']} |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows + _budget()) + "\n"
+
+
+def _budget() -> list[str]:
+    """The per-page budget from end_to_end.py's latest record (its timed run): ms per page read, per stage."""
+    path = RESULTS / "end_to_end.json"
+    rec = json.loads(path.read_text()) if path.exists() else None
+    budget = (rec.get("result") or {}).get("budget") if rec else None
+    if not budget:
+        return []
+    rows = ["", "## Per-page budget", "",
+            f"`benchmarks/end_to_end.py`'s timed run ({budget['pages']:,} pages, {budget['workers']} worker, "
+            f"`curate run --stage-cost`): Beam's execution time of each stage's transforms per page read; a",
+            "change that raises a stage's figure says by how much and why. "
+            f"From {rec['commit']}, {rec['date']}, {rec['machine']}.", "",
+            "| stage | ms per page read |", "|---|---|"]
+    rows += [f"| {name} | {c['ms_per_page']:.2f} |" for name, c in budget["stages"].items()]
+    rows += [f"| loss audit (outside any stage) | {budget['outside_stages']['ms_per_page']:.2f} |",
+             f"| **all transforms** | **{budget['transforms_ms_per_page']:.2f}** |",
+             f"| runner machinery, start-up and idle | {budget['runner_ms_per_page']:.2f} |",
+             f"| **wall clock** | **{budget['wall_s'] * 1000 / budget['pages']:.2f}** |"]
+    return rows
 
 
 if __name__ == "__main__":

@@ -758,6 +758,67 @@ def _div(a: float, b: float) -> float:
     return float(a) / b if b else 0.0
 
 
+def ngram_coverage_python(words: list[str], top_ns: tuple[int, ...],
+                          dup_ns: tuple[int, ...]) -> tuple[int, dict[int, int], dict[int, int]]:
+    """Word n-gram coverage for the Gopher repetition values (the oracle of the compiled
+    filters/_ngrams.c, which `ngram_coverage` is where it was built): the characters of all words;
+    for each n of `top_ns`, those of the words covered by the occurrences of the most frequent n-gram
+    (ties: the longest in characters, then the first seen), each word once, 0 when no n-gram occurs
+    twice; for each n of `dup_ns`, those of the words covered by occurrences that repeat an earlier
+    one, each word once."""
+    top = {n: 0 for n in top_ns}
+    dup = {n: 0 for n in dup_ns}
+    n_words = len(words)
+    lens = np.fromiter(map(len, words), np.int64, n_words)
+    total = int(lens.sum())
+    max_n = max([*top_ns, *dup_ns], default=0)
+    if n_words < 2 or max_n < 1:
+        return total, top, dup
+    vocab: dict[str, int] = {}
+    ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), np.int64, n_words)
+    csum = np.concatenate(([0], np.cumsum(lens)))
+    # gram[i] = exact id of the n-gram starting at word i, built from the (n-1)-gram id
+    # and the next word id; first[g] = index of the first occurrence of n-gram g.
+    base = len(vocab)
+    gram = ids  # word ids are already dense n-gram ids for n = 1
+    for n in range(1, min(max_n, n_words) + 1):
+        if n > 1 or n in top_ns or n in dup_ns:
+            key = ids if n == 1 else gram[:-1] * base + ids[n - 1:]
+            uniq, first, gram = np.unique(key, return_index=True, return_inverse=True)
+            if len(uniq) == len(key):
+                break  # no n-gram repeats, so no longer one does either: all zeros
+            gram = gram.reshape(-1)
+        if n not in top_ns and n not in dup_ns:
+            continue
+        m = len(gram)
+        if n in top_ns:
+            counts = np.bincount(gram)
+            if int(counts.max()) >= 2:
+                # the most frequent n-gram (ties: the longest in characters, then the first
+                # seen); its characters are those of the words its occurrences cover, each
+                # once: occurrences overlap when a phrase repeats with a period shorter than
+                # n ("click here. click here." for n = 3), and length x count would exceed 1
+                glen = np.empty(len(counts), np.int64)
+                glen[gram] = csum[n:n + m] - csum[:m]
+                tied = np.flatnonzero(counts == counts.max())
+                best = tied[glen[tied] == glen[tied].max()]
+                g = best[np.argmin(first[best])]
+                covered = np.convolve((gram == g).astype(np.int64), np.ones(n, np.int64)) > 0
+                top[n] = int(lens[covered].sum())
+        if n in dup_ns:
+            is_repeat = first[gram] != np.arange(m)
+            if is_repeat.any():
+                covered = np.convolve(is_repeat.astype(np.int64), np.ones(n, np.int64)) > 0
+                dup[n] = int(lens[covered].sum())
+    return total, top, dup
+
+
+try:
+    from filters._ngrams import ngram_coverage  # built by `pip install` (setup.py) where a C compiler is
+except ImportError:
+    ngram_coverage = ngram_coverage_python
+
+
 def _dup_count_chars(items: list[str]) -> tuple[int, int]:
     """(number of items seen before, their total length); first occurrences not counted."""
     seen: set[str] = set()
@@ -1014,51 +1075,9 @@ class QualityFilter:
         # effective n (in tokens) -> the word n it stands for in the value key
         top_ns = {n * scale: n for n, _ in self._top}
         dup_ns = {n * scale: n for n, _ in self._dup}
-        out = {f"gopher_top_{n}gram_frac": 0.0 for n in top_ns.values()}
-        out.update({f"gopher_dup_{n}gram_frac": 0.0 for n in dup_ns.values()})
-        n_words = len(words)
-        max_n = max([*top_ns, *dup_ns], default=0)
-        if n_words < 2 or max_n < 1:
-            return out
-        vocab: dict[str, int] = {}
-        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), np.int64, n_words)
-        lens = np.fromiter(map(len, words), np.int64, n_words)
-        total = int(lens.sum())
-        csum = np.concatenate(([0], np.cumsum(lens)))
-        # gram[i] = exact id of the n-gram starting at word i, built from the (n-1)-gram id
-        # and the next word id; first[g] = index of the first occurrence of n-gram g.
-        base = len(vocab)
-        gram = ids  # word ids are already dense n-gram ids for n = 1
-        for n in range(1, min(max_n, n_words) + 1):
-            if n > 1 or n in top_ns or n in dup_ns:
-                key = ids if n == 1 else gram[:-1] * base + ids[n - 1:]
-                uniq, first, gram = np.unique(key, return_index=True, return_inverse=True)
-                if len(uniq) == len(key):
-                    break  # no n-gram repeats, so no longer one does either: all zeros
-                gram = gram.reshape(-1)
-            if n not in top_ns and n not in dup_ns:
-                continue
-            m = len(gram)
-            if n in top_ns:
-                counts = np.bincount(gram)
-                top = int(counts.max())
-                if top >= 2:
-                    # the most frequent n-gram (ties: the longest in characters, then the first
-                    # seen); its characters are those of the words its occurrences cover, each
-                    # once: occurrences overlap when a phrase repeats with a period shorter than
-                    # n ("click here. click here." for n = 3), and length x count would exceed 1
-                    glen = np.empty(len(counts), np.int64)
-                    glen[gram] = csum[n:n + m] - csum[:m]
-                    tied = np.flatnonzero(counts == top)
-                    best = tied[glen[tied] == glen[tied].max()]
-                    g = best[np.argmin(first[best])]
-                    covered = np.convolve((gram == g).astype(np.int64), np.ones(n, np.int64)) > 0
-                    out[f"gopher_top_{top_ns[n]}gram_frac"] = _div(int(lens[covered].sum()), total)
-            if n in dup_ns:
-                is_repeat = first[gram] != np.arange(m)
-                if is_repeat.any():
-                    covered = np.convolve(is_repeat.astype(np.int64), np.ones(n, np.int64)) > 0
-                    out[f"gopher_dup_{dup_ns[n]}gram_frac"] = _div(int(lens[covered].sum()), total)
+        total, top, dup = ngram_coverage(words, tuple(top_ns), tuple(dup_ns))
+        out = {f"gopher_top_{n}gram_frac": _div(top[eff], total) for eff, n in top_ns.items()}
+        out.update({f"gopher_dup_{n}gram_frac": _div(dup[eff], total) for eff, n in dup_ns.items()})
         return out
 
 

@@ -267,13 +267,14 @@ def _untimed_sampler(on: bool) -> None:
 
 
 @contextlib.contextmanager
-def local_run():
+def local_run(timed: bool = False):
     """A local run's pipeline (FnApiRunner, where these were measured): the fixes installed in this
     process for its duration, and in the worker processes it starts (they inherit LOCAL_RUN_ENV and
-    install them when they import pipelines.stage), with untimed state samplers. Remote workers
-    (Dataflow, Flink, Spark, Prism) and other runners' drivers run Beam as released."""
+    install them when they import pipelines.stage), with untimed state samplers unless `timed` (the
+    run measures its stages' cost). Remote workers (Dataflow, Flink, Spark, Prism) and other runners'
+    drivers run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
-    os.environ[LOCAL_RUN_ENV] = "1"
+    os.environ[LOCAL_RUN_ENV] = "timed" if timed else "1"
     apply()
     try:
         yield
@@ -313,5 +314,5 @@ def apply(on: bool = True) -> None:
 
 def apply_in_local_workers() -> None:
     """At import of pipelines.stage: install the fixes in a worker process a local run started."""
-    if os.environ.get(LOCAL_RUN_ENV) == "1":
+    if os.environ.get(LOCAL_RUN_ENV) in ("1", "timed"):
         apply()

@@ -13,7 +13,8 @@ def _run(args, beam_args):
     from pipelines.config import load_config
     from pipelines.run import run
 
-    cfg = load_config(args.config, input=args.input, output=args.output, workers=args.workers)
+    cfg = load_config(args.config, input=args.input, output=args.output, workers=args.workers,
+                      stage_cost=args.stage_cost or None)
     if beam_args:
         cfg["beam_args"] = list(cfg["beam_args"]) + beam_args
     stages = args.stages.split(",") if args.stages else None
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--force", action="store_true", help="rerun the selected stages even if finished")
     r.add_argument("--quiet", action="store_true", help="no progress lines while it runs (local runners print bytes "
                                                         "read, an ETA and each finished group)")
+    r.add_argument("--stage-cost", action="store_true", help="time each stage: ms per page in stats/summary.json "
+                                                             "and the table (config key stage_cost)")
     r.set_defaults(func=_run)
     st = sub.add_parser("stages", help="every stage: what it does, its drop reasons, its config keys and defaults")
     st.set_defaults(func=_stages)

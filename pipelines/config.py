@@ -54,6 +54,9 @@ class RunSettings(BaseModel):
     write_dropped: StrictBool = Field(True, description="every dropped document under OUT/dropped/<stage>/")
     report: StrictBool = Field(True, description="write OUT/report.html and OUT/report.md when the run ends "
                                                  "(pipelines/report.py; also `curate report OUT`)")
+    stage_cost: StrictBool = Field(False, description=(
+        "time each stage (Beam's per-transform msecs) into stats/summary.json's cost, ms per page; locally this "
+        "runs Beam's state-sampling thread, which a run otherwise skips (about 2 ms per bundle)"))
     stages: list[str] | None = Field(None, description="the stages to run, in the registry's order; null = all")
 
     @field_validator("input", mode="before")

@@ -34,7 +34,7 @@ from pipelines.config import ConfigError, UserError, stage_fingerprint
 from pipelines.stage import LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, note_writes
 from pipelines.registry import STAGES
 from pipelines.progress import Progress
-from pipelines.stats import format_table
+from pipelines.stats import format_table, stage_costs, transform_msecs
 
 log = logging.getLogger("curate")
 
@@ -156,14 +156,21 @@ class _MarkGroup(beam.DoFn):
                 io.write_json(io.join(self.root, name, "_SUCCESS"), marker)
 
 
-def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, started: float):
+def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, started: float,
+                labels: dict | None = None):
     """Adds a group of stages to pipeline `p`: per-stage counters, dropped docs and stats.json, the
     group's documents (Parquet) and its completion markers. `docs`: the documents the first stage
     reads (None if it reads the input). Returns (the last stage's documents PCollection or None,
-    the group's writes)."""
+    the group's writes). `labels`, if given, gets each stage's transform labels (the group's writes,
+    stats and markers are the last stage's): what its cost is summed over."""
     out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
     writes, counters, drops = [], [], []
+    before = set(p.applied_labels)
     for name in names:
+        if labels is not None and name != names[0]:
+            labels[previous_name] = set(p.applied_labels) - before
+            before = set(p.applied_labels)
+        previous_name = name
         stage = STAGES[name]
         inputs = docs
         built = stage.build(p, cfg, inputs, root)
@@ -198,6 +205,8 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
     (p | f"{last.name}/Done" >> beam.Create([None])
      | f"{last.name}/Mark" >> beam.ParDo(_MarkGroup(root, names, markers, started), beam.pvalue.AsSingleton(stats),
                                          *[beam.pvalue.AsList(w) for w in writes]))
+    if labels is not None:
+        labels[last.name] = set(p.applied_labels) - before
     return docs, writes
 
 
@@ -418,6 +427,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         io.delete_tree(audit_path)
     with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or dry_run or not FileSystems.exists(audit_path))
     to_run = [group for group, _, results in plan if results is None]
+    msecs, stage_labels = {}, {}
     if not dry_run:
         for name in (name for group in to_run for name in group):
             for folder in [name, f"dropped/{name}", *STAGES[name].outputs]:
@@ -435,7 +445,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             watch = Progress(cfg["progress_dir"], sum(f["size"] for f in files), len(files),
                              {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
                              console=os.dup(2), tty=os.isatty(2))
-        local = beam_overhead.local_run() if runner in LOCAL_RUNNERS else contextlib.nullcontext()
+        local = beam_overhead.local_run(cfg["stage_cost"]) if runner in LOCAL_RUNNERS else contextlib.nullcontext()
         with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on
@@ -445,7 +455,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                     docs = None
                     if first.reads == READS_PREVIOUS:
                         docs = _upstream_docs(p, root, upstream, built_here, previous, writes, f"{first.name}/Input")
-                    previous, writes = build_group(p, group, cfg, root, docs, markers, started)
+                    previous, writes = build_group(p, group, cfg, root, docs, markers, started, stage_labels)
                     note_writes(p, group, writes)
                     built_here = True
                     if set(group) & set(audited):
@@ -457,6 +467,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 add_audit(p, root, audited, STAGES[audited[-1]].documents, audit_ready)
             graph = p.to_runner_api() if dry_run else None
         summary["wall_s"] = round(time.time() - started, 2)
+        msecs = transform_msecs(p.result) if cfg["stage_cost"] and not dry_run else {}
     if dry_run:
         return _dry_run_summary(summary, graph, p.runner, echo)
     reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
@@ -473,6 +484,9 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 log.warning("stage %s: no documents from %d input files (%s): empty, damaged or not WARC/WET?",
                             reader, len(cfg["input_files"]), reasons)
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
+    if msecs:
+        read = next((s["out"] for s in summary["stages"] if s["stage"] == reader and not s["reused"]), 0)
+        summary["cost"] = stage_costs(msecs, stage_labels, read, summary["wall_s"] * cfg["workers"])
     if audited and cfg["write_dropped"]:
         summary["audit"] = audit_report(root)
     # the config the run was made with, for `curate report` (a Python callable, e.g. a survivor rule, as its repr)

@@ -1,4 +1,4 @@
-"""The per-stage table printed after every run and by `curate stats DIR`."""
+"""The per-stage table printed after every run and by `curate stats DIR`, and each stage's cost."""
 
 from __future__ import annotations
 
@@ -11,6 +11,49 @@ def load_summary(root: str) -> dict:
     if summary is None:
         raise UserError(f"no finished run under {root} (no stats/summary.json); give a run's --output folder")
     return summary
+
+
+# Beam's own execution time per transform: the SDK harness's state sampler charges each moment of a
+# bundle to the transform whose code runs (a DoFn's process, start and finish; a fused consumer's time is
+# its own, not its producer's); runners that report monitoring infos (FnApiRunner; Dataflow shows it as
+# each step's wall time) give the sum over every worker.
+TRANSFORM_MSECS = ("beam", "metric:ptransform_execution_time:total_msecs:v1")  # namespace, name
+
+
+def transform_msecs(result) -> dict[str, int]:
+    """{transform label: milliseconds spent in it, summed over workers} from a finished pipeline's
+    result; {} when the runner reports no monitoring infos."""
+    monitoring = getattr(result, "monitoring_metrics", None)
+    if monitoring is None:
+        return {}
+    out: dict[str, int] = {}
+    for metric in monitoring().query().get("counters", []):
+        if (metric.key.metric.namespace, metric.key.metric.name) == TRANSFORM_MSECS:
+            out[metric.key.step] = out.get(metric.key.step, 0) + int(metric.committed or 0)
+    return out
+
+
+def stage_costs(msecs: dict[str, int], labels: dict[str, set], pages: int, core_s: float) -> dict:
+    """Each stage's cost: the milliseconds of the transforms it added (`labels`: stage -> transform
+    labels; its steps, its counters, and its group's writes when it ends the group), per page read
+    (`pages`: the documents the run read) and in all; `outside_stages` for transforms no stage added
+    (the loss audit); `runner_ms_per_page`: the worker processes' time (`core_s`, wall clock x workers)
+    that no transform was charged for: bundle and data-plane machinery, start-up, idle."""
+    stage_of = {label: name for name, names in labels.items() for label in names}
+    per_stage = {name: 0 for name in labels}
+    outside = 0
+    for label, ms in msecs.items():
+        if label in stage_of:
+            per_stage[stage_of[label]] += ms
+        else:
+            outside += ms
+    per_page = (lambda ms: round(ms / pages, 3)) if pages else (lambda ms: None)
+    charged = sum(per_stage.values()) + outside
+    return {"pages": pages,
+            "stages": {name: {"ms": ms, "ms_per_page": per_page(ms)} for name, ms in per_stage.items()},
+            "outside_stages": {"ms": outside, "ms_per_page": per_page(outside)},
+            "transforms_ms_per_page": per_page(charged),
+            "runner_ms_per_page": per_page(max(0.0, core_s * 1000 - charged))}
 
 
 def format_table(summary: dict, top_reasons: int = 4) -> str:
@@ -32,7 +75,18 @@ def format_table(summary: dict, top_reasons: int = 4) -> str:
     lines.insert(1, "-" * len(lines[0]))
     wall = [f"\npipeline: {summary['wall_s']:.1f} s ({summary.get('runner')}, {summary.get('workers')} "
             f"worker(s))"] if "wall_s" in summary else []
-    return "\n".join(lines + wall + _phase_lines(summary) + _audit_lines(summary))
+    return "\n".join(lines + wall + _cost_lines(summary) + _phase_lines(summary) + _audit_lines(summary))
+
+
+def _cost_lines(summary: dict) -> list[str]:
+    """With stage_cost: ms per page read, per stage that ran, and what no transform was charged for."""
+    cost = summary.get("cost")
+    if not cost or not cost["pages"]:
+        return []
+    stages = ", ".join(f"{name} {c['ms_per_page']:.2f}" for name, c in cost["stages"].items())
+    return [f"\ncost, ms per page read ({cost['pages']} pages): {stages}; outside stages "
+            f"{cost['outside_stages']['ms_per_page']:.2f}; in transforms {cost['transforms_ms_per_page']:.2f}, "
+            f"runner and idle {cost['runner_ms_per_page']:.2f}"]
 
 
 def _audit_lines(summary: dict) -> list[str]:

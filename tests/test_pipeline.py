@@ -128,9 +128,19 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path, spread)
     processed where each file is read (the image branches and the multimodal shards have their own
     such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py)."""
     out1, _ = one_worker
-    cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2)
+    cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2, stage_cost=spread)
     cfg["read"] = {**cfg["read"], "spread_records": spread}
-    run(cfg)
+    summary = run(cfg)
+    if spread:  # timed stages (Beam's state sampler on) change no byte, and every stage's cost is there
+        cost = summary["cost"]
+        assert list(cost["stages"]) == [s["stage"] for s in summary["stages"]]
+        assert cost["pages"] == summary["stages"][0]["out"] > 0
+        assert all(cost["stages"][name]["ms"] > 0 for name in ("extract", "quality", "interleaved"))
+        total = sum(c["ms"] for c in cost["stages"].values()) + cost["outside_stages"]["ms"]
+        assert cost["transforms_ms_per_page"] == round(total / cost["pages"], 3)
+        assert cost["outside_stages"]["ms"] < total / 4  # only the loss audit is outside the stages
+    else:
+        assert "cost" not in summary
     outputs = ["docs/text", "shards"]
     files1 = sorted(p.relative_to(out1) for o in outputs for p in (out1 / o).rglob("*") if p.is_file())
     files2 = sorted(p.relative_to(tmp_path) for o in outputs for p in (tmp_path / o).rglob("*") if p.is_file())
