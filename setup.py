@@ -3,5 +3,6 @@
 # machine without a C compiler still installs (optional=True) and runs, slower.
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("filters._ngrams", ["filters/_ngrams.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"])
+                   for name, source in (("filters._ngrams", "filters/_ngrams.c"),
+                                        ("extract._pdflines", "extract/_pdflines.c"))])

@@ -33,6 +33,10 @@ from extract.images import MARKER, ImageRef, image_refs, without_marker_lookalik
 CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "iframe", "object", "embed", "canvas",
           "svg", "audio", "video", "map", "area", "dialog")
 HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
+# Both in one selector list: one walk of the tree finds every element to remove (a lookup per tag walked it
+# 17 times: 0.44 -> 0.25 ms a page on real news pages).
+REMOVED = ", ".join(CHROME) + ", " + HIDDEN
+CHROME_TAGS = frozenset(CHROME)
 HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 CELL_GAP = re.compile(r"\t+")
 CELL_SEPARATOR = " | "  # between a table row's cells in a text node (filters/nodes.py reads rows so)
@@ -112,8 +116,8 @@ def linearise(html: str, page_url: str) -> Linearised:
     `<figure>` whole); the markers cut it into nodes. A marker that does not come out (its image was in
     removed chrome) makes that image a chrome image.
 
-    Linear in the page's nodes: elements are fetched by tag as lists (`values()`: indexing one of
-    resiliparse's collections walks it from the start, so iterating one is quadratic), the figure an
+    Linear in the page's nodes: elements are fetched by tag or one selector list as lists (`values()`:
+    indexing one of resiliparse's collections walks it from the start, so iterating one is quadratic), the figure an
     image sits in is found by walking up with a memo (each element climbed once), and the tree is edited
     by attribute and subtree removal only (inserting a node costs resiliparse a walk up to the root).
     Resiliparse's extraction is not linear in the nesting depth: callers bound it with a deadline
@@ -124,9 +128,8 @@ def linearise(html: str, page_url: str) -> Linearised:
     refs = image_refs(tree, imgs, page_url)
     captions = _captions(imgs, document.get_elements_by_tag_name("figure").values(),
                          document.get_elements_by_tag_name("figcaption").values())
-    chrome = [el for tag in CHROME for el in document.get_elements_by_tag_name(tag).values()]
-    for el in chrome + [el for el in document.query_selector_all(HIDDEN).values() if _hidden(el)]:
-        if el.parent is not None:  # not inside a subtree already removed
+    for el in document.query_selector_all(REMOVED).values():  # document order: ancestors first
+        if el.parent is not None and (el.tag in CHROME_TAGS or _hidden(el)):  # parent None: already removed
             el.decompose()
     for position, img in enumerate(imgs):
         img.setattr("alt", f"\n\ue000{position}\ue001\n")

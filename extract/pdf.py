@@ -424,7 +424,7 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
     min()/max() over slices, which keep the first of equal values as a running min/max does."""
     handle = _handle(textpage.raw)
     n = max(pdfium_c.FPDFText_CountChars(textpage), 0)
-    codes = list(map(_GET_UNICODE, repeat(handle, n), range(n)))
+    codes = char_codes(handle, n)
     # Per code point: its text, whether it is a glyph, and its weight in a running count of line
     # breaks (high bits) and spaces (low bits), whose steps from glyph to glyph say what came between.
     text, glyph, weight = {}, {}, {}
@@ -433,17 +433,7 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
         glyph[u] = kind == _GLYPH
         weight[u] = _NEWLINE_WEIGHT if kind == _NEWLINE else int(kind == _SPACE)
     glyphs = list(compress(range(n), map(glyph.__getitem__, codes)))
-    rects = (pdfium_c.FS_RECTF * len(glyphs))()
-    size = ctypes.sizeof(pdfium_c.FS_RECTF)
-    refs = map(ctypes.byref, repeat(rects), range(0, len(glyphs) * size, size))
-    found = list(map(_GET_LOOSE_CHAR_BOX, repeat(handle), glyphs, refs))
-    values = _floats(rects)  # FS_RECTF: left, top, right, bottom
-    lefts, tops, rights, bottoms = values[0::4], values[1::4], values[2::4], values[3::4]
-    x0, y0, x1, y1 = visible
-    keep = [ok and x0 <= (l + r) / 2 <= x1 and y0 <= (b + t) / 2 <= y1
-            for ok, l, t, r, b in zip(found, lefts, tops, rights, bottoms)]
-    index = list(compress(glyphs, keep))
-    box = [list(compress(v, keep)) for v in (lefts, bottoms, rights, tops)]
+    index, *box = visible_glyphs(handle, glyphs, visible)
     m = len(index)
     if upright:
         quarters = [0] * m
@@ -458,42 +448,8 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
     at = list(map(counts.__getitem__, index))
     steps = [0] + list(map(operator.sub, at[1:], at[:-1]))
 
-    starts, gap_splits, spaced = [], [], []
-    fy0 = fy1 = last_x0 = last_x1 = back = gutter = 0.0
-    line_q = -1
-    for i, (a0, a1, a2, a3, q, step) in enumerate(zip(*frame, quarters, steps)):
-        if (step < _NEWLINE_WEIGHT and q == line_q and fy0 <= a1 and a3 <= fy1 and a1 < a3
-                and a0 >= last_x0 - back and not a0 - last_x1 > gutter):
-            # The short path, the outcome of the long one for most characters: no line break from
-            # PDFium, the box lies within the line's extent, so the overlap is its height and passes
-            # the baseline test, the x tests are those of _breaks_line, and the extent stays.
-            if step:  # a space came between
-                spaced.append(i)
-            last_x0, last_x1 = a0, a2
-            continue
-        newline, space, f = step >= _NEWLINE_WEIGHT, step % _NEWLINE_WEIGHT > 0, (a0, a1, a2, a3)
-        h = fy1 - fy0
-        brk = None if line_q < 0 else "line" if q != line_q else _breaks_line(fy0, fy1, last_x0, last_x1, f)
-        if newline:
-            # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
-            # character carries on right after the last one on the same line.
-            gap = a0 - last_x1
-            if brk or gap > NEWLINE_CONTINUE_GAP * h:
-                brk = "line"
-            else:
-                space = gap > SPACE_GAP * h
-        if brk or line_q < 0:
-            starts.append(i)
-            gap_splits.append(brk == "gap")
-            fy0, fy1, line_q = a1, a3, q
-        else:
-            if space:
-                spaced.append(i)
-            fy0, fy1 = min(fy0, a1), max(fy1, a3)
-        h = fy1 - fy0
-        back, gutter = 0.5 * h, LINE_SPLIT_GAP * h  # the x tests of _breaks_line for the short path
-        last_x0, last_x1 = a0, a2
-
+    starts, gap_splits, spaced = group_chars(*frame, quarters, steps, _NEWLINE_WEIGHT, LINE_SPLIT_GAP,
+                                             NEWLINE_CONTINUE_GAP, SPACE_GAP)
     texts = list(map(text.__getitem__, map(codes.__getitem__, index)))
     for i in spaced:
         texts[i] = " " + texts[i]
@@ -505,6 +461,95 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
         lines.append(_Line(quarters[s], *fbox, list(pbox), "".join(texts[s:e]), f0[e - 1], f2[e - 1],
                            gap_split))
     return _rejoin(lines)
+
+
+def group_chars_python(f0: list, f1: list, f2: list, f3: list, quarters: list, steps: list,
+                       newline_weight: int, split_gap: float, continue_gap: float,
+                       space_gap: float) -> tuple[list[int], list[bool], list[int]]:
+    """The line grouping of `_lines` over a page's visible glyphs in stream order (the oracle of the
+    compiled extract/_pdflines.c, which `group_chars` is where it was built): each glyph's box in its
+    text frame (f0..f3: left, bottom, right, top), its quarter turns and its step (line breaks and
+    spaces PDFium put since the glyph before, see `_lines`), and the module's constants it is given
+    (_NEWLINE_WEIGHT, LINE_SPLIT_GAP, NEWLINE_CONTINUE_GAP, SPACE_GAP). Returns the glyphs that start a
+    line, whether each such start was a gap split, and the glyphs a space goes before."""
+    frame = (f0, f1, f2, f3)
+    starts, gap_splits, spaced = [], [], []
+    fy0 = fy1 = last_x0 = last_x1 = back = gutter = 0.0
+    line_q = -1
+    for i, (a0, a1, a2, a3, q, step) in enumerate(zip(*frame, quarters, steps)):
+        if (step < newline_weight and q == line_q and fy0 <= a1 and a3 <= fy1 and a1 < a3
+                and a0 >= last_x0 - back and not a0 - last_x1 > gutter):
+            # The short path, the outcome of the long one for most characters: no line break from
+            # PDFium, the box lies within the line's extent, so the overlap is its height and passes
+            # the baseline test, the x tests are those of _breaks_line, and the extent stays.
+            if step:  # a space came between
+                spaced.append(i)
+            last_x0, last_x1 = a0, a2
+            continue
+        newline, space, f = step >= newline_weight, step % newline_weight > 0, (a0, a1, a2, a3)
+        h = fy1 - fy0
+        brk = (None if line_q < 0 else "line" if q != line_q
+               else _breaks_line(fy0, fy1, last_x0, last_x1, f, split_gap))
+        if newline:
+            # PDFium breaks lines at superscripts too ("km2" / ")"): a break is kept unless the
+            # character carries on right after the last one on the same line.
+            gap = a0 - last_x1
+            if brk or gap > continue_gap * h:
+                brk = "line"
+            else:
+                space = gap > space_gap * h
+        if brk or line_q < 0:
+            starts.append(i)
+            gap_splits.append(brk == "gap")
+            fy0, fy1, line_q = a1, a3, q
+        else:
+            if space:
+                spaced.append(i)
+            fy0, fy1 = min(fy0, a1), max(fy1, a3)
+        h = fy1 - fy0
+        back, gutter = 0.5 * h, split_gap * h  # the x tests of _breaks_line for the short path
+        last_x0, last_x1 = a0, a2
+
+    return starts, gap_splits, spaced
+
+
+def char_codes_python(handle: _Handle, n: int) -> list[int]:
+    """The code points of a text page's first `n` characters (FPDFText_GetUnicode)."""
+    return list(map(_GET_UNICODE, repeat(handle, n), range(n)))
+
+
+def visible_glyphs_python(handle: _Handle, glyphs: list[int], visible) -> tuple[list, list, list, list, list]:
+    """The character indices of `glyphs` whose loose box (FPDFText_GetLooseCharBox) PDFium gives and
+    whose centre lies in `visible` (x0, y0, x1, y1), and those boxes' lefts, bottoms, rights and tops
+    (float32 values, as Python floats)."""
+    rects = (pdfium_c.FS_RECTF * len(glyphs))()
+    size = ctypes.sizeof(pdfium_c.FS_RECTF)
+    refs = map(ctypes.byref, repeat(rects), range(0, len(glyphs) * size, size))
+    found = list(map(_GET_LOOSE_CHAR_BOX, repeat(handle), glyphs, refs))
+    values = _floats(rects)  # FS_RECTF: left, top, right, bottom
+    lefts, tops, rights, bottoms = values[0::4], values[1::4], values[2::4], values[3::4]
+    x0, y0, x1, y1 = visible
+    keep = [ok and x0 <= (l + r) / 2 <= x1 and y0 <= (b + t) / 2 <= y1
+            for ok, l, t, r, b in zip(found, lefts, tops, rights, bottoms)]
+    return list(compress(glyphs, keep)), *(list(compress(v, keep)) for v in (lefts, bottoms, rights, tops))
+
+
+try:  # built by `pip install` (setup.py) where a C compiler is; they call PDFium through its addresses
+    from extract import _pdflines
+
+    def _address(name: str) -> int:
+        return ctypes.cast(getattr(pdfium_c, name), ctypes.c_void_p).value
+
+    group_chars = _pdflines.group_chars
+    _UNICODE_AT, _LOOSE_BOX_AT = _address("FPDFText_GetUnicode"), _address("FPDFText_GetLooseCharBox")
+
+    def char_codes(handle: _Handle, n: int) -> list[int]:
+        return _pdflines.char_codes(handle.value or 0, n, _UNICODE_AT)
+
+    def visible_glyphs(handle: _Handle, glyphs: list[int], visible) -> tuple[list, list, list, list, list]:
+        return _pdflines.visible_glyphs(handle.value or 0, glyphs, tuple(map(float, visible)), _LOOSE_BOX_AT)
+except ImportError:
+    group_chars, char_codes, visible_glyphs = group_chars_python, char_codes_python, visible_glyphs_python
 
 
 def _rejoin(lines: list[_Line]) -> list[_Line]:
@@ -553,7 +598,8 @@ def _char(u: int) -> str | None:
     return ch
 
 
-def _breaks_line(fy0: float, fy1: float, last_x0: float, last_x1: float, f) -> str | None:
+def _breaks_line(fy0: float, fy1: float, last_x0: float, last_x1: float, f,
+                 split_gap: float = LINE_SPLIT_GAP) -> str | None:
     """"line" when the character `f` starts another line than the one of vertical extent fy0..fy1
     whose last character spans last_x0..last_x1, "gap" when it continues that line's baseline after a
     gap wide enough to be a column gutter, else None."""
@@ -563,7 +609,7 @@ def _breaks_line(fy0: float, fy1: float, last_x0: float, last_x1: float, f) -> s
     # glyph ("ffi") share its box, and kerning overlaps boxes only slightly.
     if overlap < 0.5 * min(h, f[3] - f[1]) or f[0] < last_x0 - 0.5 * h:
         return "line"
-    return "gap" if f[0] - last_x1 > LINE_SPLIT_GAP * h else None
+    return "gap" if f[0] - last_x1 > split_gap * h else None
 
 
 def _to_frame(box, q: int):
