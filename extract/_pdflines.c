@@ -1,7 +1,9 @@
-/* A PDF page's characters (extract/pdf.py `_lines`), compiled: their code points and loose boxes read
-   from PDFium in one C loop each, and the line grouping of the glyphs.
+/* A PDF page's objects and characters (extract/pdf.py `_page_objects`, `_lines`), compiled: the objects,
+   their kinds and the text objects' matrices, the characters' code points and loose boxes read from
+   PDFium in one C loop each, the line grouping of the glyphs and the lines' boxes.
 
-   The oracles are extract/pdf.py `char_codes_python`, `visible_glyphs_python` and `group_chars_python`;
+   The oracles are extract/pdf.py `page_objects_python`, `char_codes_python`, `visible_glyphs_python`,
+   `group_chars_python` and `line_boxes_python`;
    tests/test_pdf_compiled.py checks that each pair gives the same lists on random glyph streams and
    real PDFs. In the grouping the arithmetic is the oracle's, in the same order on doubles (Python's
    floats), and min/max keep the first of equal values as Python's do, so every comparison comes out
@@ -10,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 
 #define PY_MIN(a, b) ((b) < (a) ? (b) : (a)) /* Python's min(a, b): a unless b is smaller */
@@ -178,9 +181,125 @@ fail:
     return NULL;
 }
 
+typedef int (*count_fn)(void *parent);
+typedef void *(*page_get_fn)(void *page, int index);
+typedef void *(*form_get_fn)(void *form, unsigned long index);
+typedef int (*type_fn)(void *object);
+typedef int (*matrix_fn)(void *object, float *matrix); /* FS_MATRIX: a, b, c, d, e, f */
+
+/* page_objects(parent, is_form, (m0, m1, m2, m3), check_upright, upright_tan, the text kind, the addresses
+   of the count, get, type and matrix functions): extract/pdf.py page_objects_python, or PdfiumError's
+   message (a str) where PDFium fails. */
+static PyObject *page_objects(PyObject *self, PyObject *args) {
+    unsigned long long parent, count_at, get_at, type_at, matrix_at;
+    int form, check, text_kind;
+    double m0, m1, m2, m3, upright_tan;
+    if (!PyArg_ParseTuple(args, "Kp(dddd)pdiKKKK", &parent, &form, &m0, &m1, &m2, &m3, &check, &upright_tan,
+                          &text_kind, &count_at, &get_at, &type_at, &matrix_at))
+        return NULL;
+    if (!parent || !count_at || !get_at || !type_at || !matrix_at) {
+        PyErr_SetString(PyExc_ValueError, "null parent or function");
+        return NULL;
+    }
+    void *p = (void *)(uintptr_t)parent;
+    int n = ((count_fn)(uintptr_t)count_at)(p);
+    if (n < 0) return PyUnicode_FromString("Failed to get number of pageobjects.");
+    PyObject *objects = PyList_New(n), *kinds = PyList_New(n);
+    void **handles = malloc((n + 1) * sizeof(void *));
+    int *types = malloc((n + 1) * sizeof(int));
+    PyObject *result = NULL;
+    if (!objects || !kinds || !handles || !types) { PyErr_NoMemory(); goto done; }
+    for (int i = 0; i < n; i++) {
+        handles[i] = form ? ((form_get_fn)(uintptr_t)get_at)(p, (unsigned long)i) : ((page_get_fn)(uintptr_t)get_at)(p, i);
+        if (!handles[i]) { result = PyUnicode_FromString("Failed to get pageobject."); goto done; }
+    }
+    for (int i = 0; i < n; i++) {
+        types[i] = ((type_fn)(uintptr_t)type_at)(handles[i]);
+        PyObject *address = PyLong_FromVoidPtr(handles[i]), *kind = PyLong_FromLong(types[i]);
+        if (!address || !kind) { Py_XDECREF(address); Py_XDECREF(kind); goto done; }
+        PyList_SET_ITEM(objects, i, address);
+        PyList_SET_ITEM(kinds, i, kind);
+    }
+    int upright = 1;
+    if (check) { /* extract/pdf.py _upright: every matrix first (one failure: not upright), then the angles */
+        float *values = malloc((size_t)(n + 1) * 6 * sizeof(float));
+        int texts = 0;
+        if (!values) { PyErr_NoMemory(); goto done; }
+        for (int i = 0; i < n && upright; i++) {
+            if (types[i] != text_kind) continue;
+            if (!((matrix_fn)(uintptr_t)matrix_at)(handles[i], values + 6 * texts)) upright = 0;
+            texts++;
+        }
+        for (int t = 0; t < texts && upright; t++) {
+            double a = values[6 * t], b = values[6 * t + 1];
+            double x = a * m0 + b * m2;
+            if (!(x > 0 && fabs(a * m1 + b * m3) <= upright_tan * x)) upright = 0;
+        }
+        free(values);
+    }
+    result = Py_BuildValue("(OON)", objects, kinds, PyBool_FromLong(upright));
+done:
+    Py_XDECREF(objects); Py_XDECREF(kinds);
+    free(handles); free(types);
+    return result;
+}
+
+/* line_boxes(x0s, y0s, x1s, y1s, starts, m): extract/pdf.py line_boxes_python */
+static PyObject *line_boxes(PyObject *self, PyObject *args) {
+    PyObject *lists[4], *starts;
+    Py_ssize_t m;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!n", &PyList_Type, &lists[0], &PyList_Type, &lists[1], &PyList_Type,
+                          &lists[2], &PyList_Type, &lists[3], &PyList_Type, &starts, &m))
+        return NULL;
+    Py_ssize_t lines = PyList_GET_SIZE(starts);
+    for (int k = 0; k < 4; k++)
+        if (PyList_GET_SIZE(lists[k]) < m) {
+            PyErr_SetString(PyExc_ValueError, "fewer values than glyphs");
+            return NULL;
+        }
+    PyObject *out = PyList_New(lines);
+    if (!out) return NULL;
+    for (Py_ssize_t k = 0; k < lines; k++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
+        Py_ssize_t e = k + 1 < lines ? PyLong_AsSsize_t(PyList_GET_ITEM(starts, k + 1)) : m;
+        if (PyErr_Occurred()) goto fail;
+        if (s < 0 || e > m || s >= e) {
+            PyErr_SetString(PyExc_ValueError, "line starts must rise within the glyphs");
+            goto fail;
+        }
+        PyObject *extremes[4]; /* the objects themselves, as min() and max() return them */
+        for (int j = 0; j < 4; j++) {
+            extremes[j] = PyList_GET_ITEM(lists[j], s);
+            double best = PyFloat_AsDouble(extremes[j]);
+            for (Py_ssize_t i = s + 1; i < e; i++) {
+                PyObject *item = PyList_GET_ITEM(lists[j], i);
+                double v = PyFloat_AsDouble(item);
+                if (j < 2 ? v < best : v > best) { best = v; extremes[j] = item; }
+            }
+            if (PyErr_Occurred()) goto fail;
+        }
+        PyObject *box = PyList_New(4);
+        if (!box) goto fail;
+        for (int j = 0; j < 4; j++) {
+            Py_INCREF(extremes[j]);
+            PyList_SET_ITEM(box, j, extremes[j]);
+        }
+        PyList_SET_ITEM(out, k, box);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"char_codes", char_codes, METH_VARARGS,
      "char_codes(text_page, n, address of FPDFText_GetUnicode) -> the code points of the first n characters"},
+    {"line_boxes", line_boxes, METH_VARARGS,
+     "line_boxes(x0s, y0s, x1s, y1s, starts, m) -> per line [min x0, min y0, max x1, max y1]"},
+    {"page_objects", page_objects, METH_VARARGS,
+     "page_objects(parent, is_form, (m0, m1, m2, m3), check_upright, upright_tan, text kind, addresses of the "
+     "count, get, type and matrix functions) -> (object addresses, kinds, texts upright) or PdfiumError's message"},
     {"visible_glyphs", visible_glyphs, METH_VARARGS,
      "visible_glyphs(text_page, indices, (x0, y0, x1, y1), address of FPDFText_GetLooseCharBox) -> (indices, "
      "lefts, bottoms, rights, tops) of the glyphs with a box whose centre is visible"},

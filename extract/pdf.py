@@ -350,22 +350,12 @@ def _page_objects(page) -> tuple[list, bool]:
         # m: (a, b, c, d) of the product of the containing forms' matrices, as PDFium's text page
         # composes them (CPDF_TextPage::ProcessFormObject).
         nonlocal upright
-        if form is None:
-            count, get = _PAGE_COUNT_OBJECTS, _PAGE_GET_OBJECT
-        else:
-            count, get = _FORM_COUNT_OBJECTS, _FORM_GET_OBJECT
-        n = count(parent)
-        if n < 0:
-            raise pdfium.PdfiumError("Failed to get number of pageobjects.")
-        objects = list(map(get, repeat(parent, n), range(n)))
-        if not all(objects):
-            raise pdfium.PdfiumError("Failed to get pageobject.")
-        kinds = list(map(_GET_TYPE, objects))
-        if upright:
-            upright = _upright([o for o, k in zip(objects, kinds) if k == pdfium_c.FPDF_PAGEOBJ_TEXT], m)
+        objects, kinds, texts_upright = page_objects(parent, form is not None, m, upright)
+        upright = upright and texts_upright
         for obj, kind in zip(objects, kinds):
             if kind != pdfium_c.FPDF_PAGEOBJ_IMAGE and kind != pdfium_c.FPDF_PAGEOBJ_FORM:
                 continue
+            obj = _Handle(obj)
             helper = pdfium.PdfObject(ctypes.cast(obj, pdfium_c.FPDF_PAGEOBJECT), page=page, pdf=page.pdf,
                                       container=form, level=level)
             if kind == pdfium_c.FPDF_PAGEOBJ_IMAGE:
@@ -381,6 +371,21 @@ def _page_objects(page) -> tuple[list, bool]:
 
     walk(_handle(page.raw), None, (1.0, 0.0, 0.0, 1.0), 0)
     return images, upright
+
+
+def page_objects_python(parent: _Handle, form: bool, m, check_upright: bool) -> tuple[list[int], list[int], bool]:
+    """The objects of a page or of a Form XObject (`form`) `parent`, as addresses, their kinds, and
+    whether its text objects are all upright under m (`_upright`; True when not `check_upright`)."""
+    count, get = (_FORM_COUNT_OBJECTS, _FORM_GET_OBJECT) if form else (_PAGE_COUNT_OBJECTS, _PAGE_GET_OBJECT)
+    n = count(parent)
+    if n < 0:
+        raise pdfium.PdfiumError("Failed to get number of pageobjects.")
+    objects = list(map(get, repeat(parent, n), range(n)))
+    if not all(objects):
+        raise pdfium.PdfiumError("Failed to get pageobject.")
+    kinds = list(map(_GET_TYPE, objects))
+    upright = not check_upright or _upright([o for o, k in zip(objects, kinds) if k == pdfium_c.FPDF_PAGEOBJ_TEXT], m)
+    return [o.value for o in objects], kinds, upright
 
 
 def _upright(texts: list, m) -> bool:
@@ -454,13 +459,19 @@ def _lines(textpage, visible, upright: bool) -> list[_Line]:
     for i in spaced:
         texts[i] = " " + texts[i]
     f0, f1, f2, f3 = frame
+    fboxes = line_boxes(*frame, starts, m)
+    pboxes = fboxes if upright else line_boxes(*box, starts, m)
     lines = []
-    for s, e, gap_split in zip(starts, starts[1:] + [m], gap_splits):
-        fbox = [min(f0[s:e]), min(f1[s:e]), max(f2[s:e]), max(f3[s:e])]
-        pbox = fbox if upright else [min(box[0][s:e]), min(box[1][s:e]), max(box[2][s:e]), max(box[3][s:e])]
+    for s, e, gap_split, fbox, pbox in zip(starts, starts[1:] + [m], gap_splits, fboxes, pboxes):
         lines.append(_Line(quarters[s], *fbox, list(pbox), "".join(texts[s:e]), f0[e - 1], f2[e - 1],
                            gap_split))
     return _rejoin(lines)
+
+
+def line_boxes_python(x0s: list, y0s: list, x1s: list, y1s: list, starts: list[int], m: int) -> list[list]:
+    """Per line (glyphs starts[k] up to the next start, the last up to m): the smallest x0 and y0 and
+    the largest x1 and y1 of its glyphs."""
+    return [[min(x0s[s:e]), min(y0s[s:e]), max(x1s[s:e]), max(y1s[s:e])] for s, e in zip(starts, starts[1:] + [m])]
 
 
 def group_chars_python(f0: list, f1: list, f2: list, f3: list, quarters: list, steps: list,
@@ -540,7 +551,7 @@ try:  # built by `pip install` (setup.py) where a C compiler is; they call PDFiu
     def _address(name: str) -> int:
         return ctypes.cast(getattr(pdfium_c, name), ctypes.c_void_p).value
 
-    group_chars = _pdflines.group_chars
+    group_chars, line_boxes = _pdflines.group_chars, _pdflines.line_boxes
     _UNICODE_AT, _LOOSE_BOX_AT = _address("FPDFText_GetUnicode"), _address("FPDFText_GetLooseCharBox")
 
     def char_codes(handle: _Handle, n: int) -> list[int]:
@@ -548,8 +559,21 @@ try:  # built by `pip install` (setup.py) where a C compiler is; they call PDFiu
 
     def visible_glyphs(handle: _Handle, glyphs: list[int], visible) -> tuple[list, list, list, list, list]:
         return _pdflines.visible_glyphs(handle.value or 0, glyphs, tuple(map(float, visible)), _LOOSE_BOX_AT)
+
+    _OBJECT_FUNCTIONS = {form: tuple(map(_address, names)) for form, names in (
+        (False, ("FPDFPage_CountObjects", "FPDFPage_GetObject", "FPDFPageObj_GetType", "FPDFPageObj_GetMatrix")),
+        (True, ("FPDFFormObj_CountObjects", "FPDFFormObj_GetObject", "FPDFPageObj_GetType",
+                "FPDFPageObj_GetMatrix")))}
+
+    def page_objects(parent: _Handle, form: bool, m, check_upright: bool) -> tuple[list[int], list[int], bool]:
+        found = _pdflines.page_objects(parent.value or 0, form, tuple(map(float, m)), check_upright, UPRIGHT_TAN,
+                                       pdfium_c.FPDF_PAGEOBJ_TEXT, *_OBJECT_FUNCTIONS[form])
+        if isinstance(found, str):
+            raise pdfium.PdfiumError(found)
+        return found
 except ImportError:
     group_chars, char_codes, visible_glyphs = group_chars_python, char_codes_python, visible_glyphs_python
+    page_objects, line_boxes = page_objects_python, line_boxes_python
 
 
 def _rejoin(lines: list[_Line]) -> list[_Line]:

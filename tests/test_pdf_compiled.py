@@ -1,6 +1,7 @@
-"""The compiled per-character layout of PDF pages (extract/_pdflines.c) against its Python oracles
-(extract/pdf.py char_codes_python, visible_glyphs_python, group_chars_python): the same lists on random
-glyph streams and on real pages, and the same parse of real PDFs with either."""
+"""The compiled page-object walk and per-character layout of PDF pages (extract/_pdflines.c) against
+their Python oracles (extract/pdf.py page_objects_python, char_codes_python, visible_glyphs_python,
+group_chars_python, line_boxes_python): the same lists on random glyph streams and on real pages, and
+the same parse of real PDFs with either."""
 
 import math
 import random
@@ -10,7 +11,8 @@ import pytest
 
 from extract import pdf
 from extract.pdf import (LINE_SPLIT_GAP, NEWLINE_CONTINUE_GAP, SPACE_GAP, _NEWLINE_WEIGHT, _handle,
-                         char_codes_python, visible_glyphs_python, group_chars_python, parse_pdf)
+                         char_codes_python, group_chars_python, line_boxes_python, page_objects_python,
+                         parse_pdf, visible_glyphs_python)
 
 DATA = Path(__file__).parent / "data" / "pdf"
 CONSTANTS = (_NEWLINE_WEIGHT, LINE_SPLIT_GAP, NEWLINE_CONTINUE_GAP, SPACE_GAP)
@@ -25,6 +27,7 @@ def compiled():
 def test_the_pdf_parser_uses_the_compiled_layout():
     assert pdf.group_chars is compiled()
     assert pdf.char_codes is not char_codes_python and pdf.visible_glyphs is not visible_glyphs_python
+    assert pdf.page_objects is not page_objects_python and pdf.line_boxes is not line_boxes_python
 
 
 def test_real_pages_give_the_oracle_s_codes_and_boxes():
@@ -37,12 +40,22 @@ def test_real_pages_give_the_oracle_s_codes_and_boxes():
         except pdfium.PdfiumError:
             continue
         for i in range(min(len(doc), 3)):
-            textpage = doc[i].get_textpage()
+            pdf_page = doc[i]  # held: the handle is freed with it
+            page = _handle(pdf_page.raw)
+            for m in ((1.0, 0.0, 0.0, 1.0), (0.0, 1.0, -1.0, 0.0), (1.0, 0.7, 0.0, 1.0)):
+                for check in (True, False):
+                    assert pdf.page_objects(page, False, m, check) == page_objects_python(page, False, m, check)
+            objects, kinds, _ = pdf.page_objects(page, False, (1.0, 0.0, 0.0, 1.0), True)
+            for form in (o for o, k in zip(objects, kinds) if k == 5):  # FPDF_PAGEOBJ_FORM
+                form = _handle(form)
+                assert pdf.page_objects(form, True, (1.0, 0.0, 0.0, 1.0), True) == \
+                    page_objects_python(form, True, (1.0, 0.0, 0.0, 1.0), True)
+            textpage = pdf_page.get_textpage()
             handle, n = _handle(textpage.raw), textpage.count_chars()
             codes = pdf.char_codes(handle, n)
             assert codes == char_codes_python(handle, n)
             indices = list(range(n)) + [n, n + 5]  # past the end: PDFium finds no box
-            for visible in (doc[i].get_bbox(), (0.0, 0.0, 300.0, 400.0), (0, 0, 0, 0)):
+            for visible in (pdf_page.get_bbox(), (0.0, 0.0, 300.0, 400.0), (0, 0, 0, 0)):
                 kept = pdf.visible_glyphs(handle, indices, visible)
                 assert kept == visible_glyphs_python(handle, indices, visible)
             checked += n
@@ -87,6 +100,18 @@ def test_random_glyph_streams_give_the_oracle_s_lists(seed):
     assert compiled()(*stream, *CONSTANTS) == group_chars_python(*stream, *CONSTANTS)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_line_boxes_are_the_oracle_s(seed):
+    rng = random.Random(seed)
+    f0, f1, f2, f3, quarters, steps = glyph_stream(rng, rng.choice([1, 2, 50, 2000]))
+    for values in (f0, f1, f2, f3):  # ties and signed zeros: min() and max() keep the first of equal values
+        for i in rng.sample(range(len(values)), len(values) // 10):
+            values[i] = rng.choice([0.0, -0.0, 1.5, math.nan])
+    starts, _, _ = compiled()(f0, f1, f2, f3, quarters, steps, *CONSTANTS)
+    got, want = pdf.line_boxes(f0, f1, f2, f3, starts, len(f0)), line_boxes_python(f0, f1, f2, f3, starts, len(f0))
+    assert [[repr(v) for v in box] for box in got] == [[repr(v) for v in box] for box in want]
+
+
 def test_real_pdfs_parse_the_same_with_either(monkeypatch):
     files = sorted(DATA.glob("*.pdf"))
     assert files
@@ -94,6 +119,8 @@ def test_real_pdfs_parse_the_same_with_either(monkeypatch):
     monkeypatch.setattr(pdf, "group_chars", group_chars_python)
     monkeypatch.setattr(pdf, "char_codes", char_codes_python)
     monkeypatch.setattr(pdf, "visible_glyphs", visible_glyphs_python)
+    monkeypatch.setattr(pdf, "page_objects", page_objects_python)
+    monkeypatch.setattr(pdf, "line_boxes", line_boxes_python)
     assert parsed == [parse_pdf(f.read_bytes()) for f in files]
     assert sum(p["pages"] for p in parsed) > 5 and any(n["type"] == "text" for p in parsed for n in p["nodes"])
 
@@ -103,3 +130,5 @@ def test_bad_arguments_are_refused():
         compiled()([1.0], [1.0], [1.0], ["x"], [0], [0], *CONSTANTS)
     with pytest.raises(ValueError):
         compiled()([], [], [], [], [], [], 0, 2.0, 0.5, 0.15)
+    with pytest.raises(ValueError):
+        pdf.line_boxes([1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1, 0], 2)
