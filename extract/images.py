@@ -269,10 +269,23 @@ def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[I
     tree = HTMLTree.parse(without_marker_lookalikes(html))
     imgs = tree.document.get_elements_by_tag_name("img").values()  # a list: indexing the collection is O(n)
     refs = image_refs(tree, imgs, page_url)
+    add_contexts(tree, imgs, refs, context_chars)
+    return refs
+
+
+def add_contexts(tree: HTMLTree, imgs: list, refs: list[ImageRef], context_chars: int, restore: bool = False) -> None:
+    """Sets each ref's context (see extract_images): a marker text node goes before each of `imgs`, the
+    page's text is extracted, and the text around each marker is its image's. With `restore`, the
+    markers are taken out again: the tree is left as it was parsed, for another walk."""
+    markers = []
     for position, img in enumerate(imgs):
-        img.parent.insert_before(tree.create_text_node(f" \ue000{position}\ue001 "), img)
+        markers.append(tree.create_text_node(f" \ue000{position}\ue001 "))
+        img.parent.insert_before(markers[-1], img)
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
                               alt_texts=False, links=False, form_fields=False, noscript=True, comments=False)
+    if restore:
+        for marker in markers:
+            marker.decompose()
     pieces = MARKER.split(text)  # text, position, text, position, ..., text
     parts, offsets, length = [], {}, 0
     for i, piece in enumerate(pieces):
@@ -285,7 +298,6 @@ def extract_images(html: str, page_url: str, context_chars: int = 200) -> list[I
     for position, offset in offsets.items():
         if position < len(refs):
             refs[position].context_before, refs[position].context_after = _context(text, offset, context_chars)
-    return refs
 
 
 def image_ref_rows(html: str, page_url: str, context_chars: int) -> list[tuple]:

@@ -20,12 +20,13 @@ choice, `<base href>`, canonical URLs), so the same URL rules (`check_image_ref`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ELEMENT, HTMLTree
 
-from extract.images import MARKER, ImageRef, image_refs, without_marker_lookalikes
+from extract.images import MARKER, ImageRef, add_contexts, image_refs, without_marker_lookalikes
 
 # Subtrees that are page chrome, code or controls, not content.
 # (script, style, noscript and template the extractor skips by itself; `area` is the one element besides
@@ -123,9 +124,41 @@ def linearise(html: str, page_url: str) -> Linearised:
     Resiliparse's extraction is not linear in the nesting depth: callers bound it with a deadline
     (`linearise_bounded`)."""
     tree = HTMLTree.parse(without_marker_lookalikes(html))
-    document = tree.document
-    imgs = document.get_elements_by_tag_name("img").values()
+    imgs = tree.document.get_elements_by_tag_name("img").values()
+    return _linearise_tree(tree, imgs, image_refs(tree, imgs, page_url))
+
+
+def image_views(html: str, page_url: str, context_chars: int,
+                seconds: list | None = None) -> tuple[list[ImageRef], Linearised]:
+    """What extract_images(html, page_url, context_chars) and linearise(html, page_url) give, from one
+    parse: the pairs' references take their context from the tree with markers added and taken out
+    again, then the tree is linearised (which edits it for good). For a page that may hold images.
+    `seconds`, if given, gets what each of the two took, the shared parse counted in both."""
+    started = time.perf_counter()
+    tree = HTMLTree.parse(without_marker_lookalikes(html))
+    imgs = tree.document.get_elements_by_tag_name("img").values()
     refs = image_refs(tree, imgs, page_url)
+    parsed = time.perf_counter()
+    with_context = [replace(ref) for ref in refs]  # linearise's own refs carry no context
+    add_contexts(tree, imgs, with_context, context_chars, restore=True)
+    contexts = time.perf_counter()
+    doc = _linearise_tree(tree, imgs, refs)
+    if seconds is not None:
+        seconds += [contexts - started, parsed - started + time.perf_counter() - contexts]
+    return with_context, doc
+
+
+def image_view_rows(html: str, page_url: str, context_chars: int) -> tuple:
+    """image_views as plain rows (the page step "image_views" of extract/sandbox.py): the references'
+    rows, linearise_rows' two lists, and the seconds each view took."""
+    seconds: list = []
+    refs, doc = image_views(html, page_url, context_chars, seconds)
+    return ([ref.row() for ref in refs], *_rows(doc), *seconds)
+
+
+def _linearise_tree(tree: HTMLTree, imgs: list, refs: list[ImageRef]) -> Linearised:
+    """linearise on a parsed page: `imgs` its <img> elements in document order, `refs` their ImageRefs."""
+    document = tree.document
     captions = _captions(imgs, document.get_elements_by_tag_name("figure").values(),
                          document.get_elements_by_tag_name("figcaption").values())
     for el in document.query_selector_all(REMOVED).values():  # document order: ancestors first
@@ -154,9 +187,18 @@ def linearise(html: str, page_url: str) -> Linearised:
 def linearise_rows(html: str, page_url: str) -> tuple[list[tuple], list[tuple]]:
     """linearise as plain rows (the page step "linearise" of extract/sandbox.py): (type, text, image
     row or None, caption) per node, and the chrome images' rows."""
-    doc = linearise(html, page_url)
+    return _rows(linearise(html, page_url))
+
+
+def _rows(doc: Linearised) -> tuple[list[tuple], list[tuple]]:
     return ([(n.type, n.text, n.image.row() if n.image is not None else None, n.caption) for n in doc.nodes],
             [ref.row() for ref in doc.chrome_images])
+
+
+def _document(nodes: list[tuple], chrome: list[tuple]) -> Linearised:
+    """_rows reversed: the document back from its rows."""
+    return Linearised([Node(kind, text, ImageRef(*ref) if ref is not None else None, caption)
+                       for kind, text, ref, caption in nodes], [ImageRef(*ref) for ref in chrome])
 
 
 def linearise_bounded(html: str, page_url: str, timeout_ms: float) -> Linearised:
@@ -165,9 +207,22 @@ def linearise_bounded(html: str, page_url: str, timeout_ms: float) -> Linearised
     ("page_timeout" or "page_error", the detail naming the step)."""
     from extract import sandbox
 
-    nodes, chrome = sandbox.run_page_step("linearise", html, (page_url,), timeout_ms)
-    return Linearised([Node(kind, text, ImageRef(*ref) if ref is not None else None, caption)
-                       for kind, text, ref, caption in nodes], [ImageRef(*ref) for ref in chrome])
+    return _document(*sandbox.run_page_step("linearise", html, (page_url,), timeout_ms))
+
+
+def image_views_bounded(html: str, page_url: str, context_chars: int, refs_timeout_ms: float,
+                        linearise_timeout_ms: float) -> tuple[list[ImageRef], Linearised]:
+    """image_views under the deadlines of the two steps it stands for (extract_images_bounded,
+    linearise_bounded): the child is given both together, and a view that took longer than its own
+    deadline is SandboxError("page_timeout"), as is running past both; "page_error" as they do. A caller
+    that gets SandboxError runs the two steps alone for their own verdicts."""
+    from extract import sandbox
+
+    refs, nodes, chrome, refs_s, linearise_s = sandbox.run_page_step(
+        "image_views", html, (page_url, context_chars), refs_timeout_ms + linearise_timeout_ms)
+    if refs_s * 1000 > refs_timeout_ms or linearise_s * 1000 > linearise_timeout_ms:
+        raise sandbox.SandboxError("page_timeout", f"image_views: {refs_s * 1000:.0f} / {linearise_s * 1000:.0f} ms")
+    return [ImageRef(*ref) for ref in refs], _document(nodes, chrome)
 
 
 def _captions(imgs: list, figures: list, figcaptions: list) -> dict[int, str]:

@@ -17,7 +17,8 @@ charged to any document's deadline). Two kinds of child:
   `SandboxError("extract_timeout", ">N ms (killed)")`; a child that dies on a page (segfault, OOM
   kill, someone's kill -9): `SandboxError("extract_error", "extractor process died: signal N")`.
   The same children run the page steps (`run_page_step`, PAGE_STEPS: the pairs' image references,
-  the interleaved linearisation): `page_timeout` and `page_error`, the detail naming the step.
+  the interleaved linearisation, and both from one parse): `page_timeout` and `page_error`, the detail
+  naming the step.
 - PDF (`parse_pdf`): extract.pdf.parse_pdf, imported in the child only (its dict comes back pickled).
   PDFium decodes images and fonts of any declared size, so a PDF child also runs under an
   address-space limit (RLIMIT_AS, set around each document, so HTML children never have one): a
@@ -70,7 +71,8 @@ ENGINES = ("resiliparse", "trafilatura")
 # each taking (html, *args) and returning plain data (tuples, lists, str, int, float, None), which is all
 # that comes back from a child. They run as extraction does (run_page_step): in process for pages
 # in_process_is_safe admits, else in an HTML child killed at the deadline.
-PAGE_STEPS = {"image_refs": "extract.images:image_ref_rows", "linearise": "extract.interleaved:linearise_rows"}
+PAGE_STEPS = {"image_refs": "extract.images:image_ref_rows", "linearise": "extract.interleaved:linearise_rows",
+              "image_views": "extract.interleaved:image_view_rows"}
 
 # A page stays in process only if it has at most SAFE_MAX_TAGS '<' and SAFE_MAX_CHARS characters and
 # the limit is at least SAFE_MIN_TIMEOUT_MS. Every element of the DOM comes from a '<' in the source,

@@ -232,21 +232,12 @@ class _ExtractRefs(_WithAltRules):
                 yield ref.url, row
 
 
-    def _refs(self, page) -> tuple[list, bool, str, str]:
-        """(image references, page opted out of AI use, failure: "" or the reason the page was not
-        parsed, its detail)."""
-        from extract.html import page_html
-        from extract.images import extract_images_bounded, page_disallows_ai
-        from extract.sandbox import SandboxError
+    def _refs(self, page):
+        """extract.page_images.pairs_view, made here unless the page carries it (`pairs_view`, where a
+        shared step made both image branches' views of it: pipelines/stages.py image_pages)."""
+        from extract.page_images import pairs_view
 
-        html, failure = page_html(page, self.cfg["max_html_bytes"])
-        if failure:
-            return [], False, f"page_{failure}", ""
-        try:
-            refs = extract_images_bounded(html, page["url"], self.cfg["context_chars"], self.cfg["timeout_ms"])
-        except SandboxError as err:
-            return [], False, err.reason, err.detail
-        return refs, bool(refs) and page_disallows_ai(html), "", ""
+        return page["pairs_view"] if "pairs_view" in page else pairs_view(page, self.cfg)
 
 
 class _RecycledRefs(_WithAltRules):

@@ -201,23 +201,12 @@ class _Linearise(beam.DoFn):
         yield {**base, "kind": "web", "lang": "", "nodes": nodes, "scores": {}}
 
     def _linearise(self, page):
-        """(document, the page opts out of AI use, failure: "" or the reason the page was not read,
-        its detail)."""
-        from extract.html import page_html
-        from extract.images import may_hold_images, page_disallows_ai
-        from extract.interleaved import Linearised, linearise_bounded
-        from extract.sandbox import SandboxError
+        """extract.page_images.interleaved_view, made here unless the page carries it
+        (`interleaved_view`, where a shared step made both image branches' views of it:
+        pipelines/stages.py image_pages)."""
+        from extract.page_images import interleaved_view
 
-        html, failure = page_html(page, self.cfg["max_html_bytes"])
-        if failure:
-            return None, False, f"page_{failure}", ""
-        if not may_hold_images(html):  # its document would be `no_images` and carry no text: no DOM walk
-            return Linearised(), False, "", ""  # (85% of mixed-dev's pages, 4 of the 16 real CC pages in sample/)
-        try:
-            doc = linearise_bounded(html, page["url"], self.cfg["timeout_ms"])
-        except SandboxError as err:
-            return None, False, err.reason, err.detail
-        return doc, bool(doc.images) and page_disallows_ai(html), "", ""
+        return page["interleaved_view"] if "interleaved_view" in page else interleaved_view(page, self.cfg)
 
 
 def _without_images(nodes: list[dict], removed) -> list[dict]:
@@ -871,10 +860,9 @@ class InterleavedStage(Stage):
                *PDF_REASONS)
 
     def build(self, p, cfg, docs, root):
-        from pipelines.stages import read_warcs
+        from pipelines.stages import image_pages, read_warcs
 
-        read = read_warcs(p, cfg)
-        res = read.docs | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name], read.pdf)
+        res = image_pages(p, cfg) | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name], read_warcs(p, cfg).pdf)
         images = res.pdf_images | "interleaved/WritePdfImages" >> io.WriteSortedParquet(
             io.join(root, "images", "pdf"), PDF_IMAGE_SCHEMA, cfg["write"]["shards"])
         return Built(res.docs, res.dropped, res.counters, (images,))

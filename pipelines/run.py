@@ -427,6 +427,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         io.delete_tree(audit_path)
     with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or dry_run or not FileSystems.exists(audit_path))
     to_run = [group for group, _, results in plan if results is None]
+    cfg["stages_built"] = [name for group in to_run for name in group]  # stages may share work (stages.image_pages)
     msecs, stage_labels = {}, {}
     if not dry_run:
         for name in (name for group in to_run for name in group):
@@ -491,8 +492,8 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
         summary["audit"] = audit_report(root)
     # the config the run was made with, for `curate report` (a Python callable, e.g. a survivor rule, as its repr)
     with FileSystems.create(io.join(root, "stats", "config.json")) as fh:
-        fh.write(json.dumps({k: v for k, v in cfg.items() if k != "progress_dir"}, indent=2, sort_keys=True,
-                            default=repr).encode("utf-8"))
+        fh.write(json.dumps({k: v for k, v in cfg.items() if k not in ("progress_dir", "stages_built")}, indent=2,
+                            sort_keys=True, default=repr).encode("utf-8"))
     if cfg["report"]:
         from pipelines.report import write_report
 

@@ -169,6 +169,39 @@ def read_warcs(p, cfg) -> WarcRead:
     return _READS[p]
 
 
+_IMAGE_PAGES: "weakref.WeakKeyDictionary[beam.Pipeline, beam.PCollection]" = weakref.WeakKeyDictionary()
+
+
+class _PageViews(beam.DoFn):
+    """Each HTML page with both image branches' views of it (extract.page_images.page_views), under
+    `pairs_view` and `interleaved_view`; other documents as they are."""
+
+    def __init__(self, pairs: dict, interleaved: dict):
+        self.pairs, self.interleaved = pairs, interleaved
+
+    def process(self, page):
+        from extract.page_images import page_views
+
+        if page.get("source", "html") != "html":
+            yield page
+            return
+        pairs, interleaved = page_views(page, self.pairs, self.interleaved)
+        yield {**page, "pairs_view": pairs, "interleaved_view": interleaved}
+
+
+def image_pages(p, cfg) -> beam.PCollection:
+    """The read stage's documents for the image branches. Where the pairs and the interleaved stage both
+    run in this pipeline (`cfg["stages_built"]`), each page carries both branches' views of its images,
+    made in one step from one decoding and one parse (extract/page_images.py); the transform is the
+    first building stage's, and so is its cost. Otherwise the documents as read, each branch making its own."""
+    if not {"image_pairs", "interleaved"} <= set(cfg.get("stages_built", ())):
+        return read_warcs(p, cfg).docs
+    if p not in _IMAGE_PAGES:
+        _IMAGE_PAGES[p] = read_warcs(p, cfg).docs | "Image views" >> beam.ParDo(
+            _PageViews(cfg["image_pairs"], cfg["interleaved"]))
+    return _IMAGE_PAGES[p]
+
+
 @register
 class ReadStage(Stage):
     """WARC/WET records to raw documents. Files are matched once when the run is planned (a file matched
@@ -616,7 +649,7 @@ class ImagesStage(Stage):
 
         read = read_warcs(p, cfg)
         sources = self.reads_outputs_of(cfg)
-        inputs = (read.docs, read.image)
+        inputs = (image_pages(p, cfg), read.image)
         if sources:
             patterns = [io.join(root, "recycle", n, "part*.parquet") for n in sources]
             ready = [w for n in sources for w in writes_of(p, n)]
