@@ -123,7 +123,8 @@ def curate_run(files: list[str], out: str, workers: int, extra: list[str] = ()) 
     summary = json.loads(Path(out, "stats", "summary.json").read_text())
     return {"wall_s": round(wall, 2), "pipeline_wall_s": summary.get("wall_s"),
             "docs_out": next(s["out"] for s in summary["stages"] if s["stage"] == "near_dedup"),
-            **({"cost": summary["cost"]} if "cost" in summary else {})}
+            **({"cost": {**summary["cost"], "order": [s["stage"] for s in summary["stages"]]}}
+               if "cost" in summary else {})}
 
 
 DATATROVE_SCRIPT = r'''
