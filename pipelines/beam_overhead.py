@@ -1,4 +1,4 @@
-"""Six per-transform and per-stage costs of apache-beam 2.77 (pinned), cut without changing a result.
+"""Per-transform and per-stage costs of apache-beam 2.77 (pinned), cut without changing a result.
 
 Profiled on a whole run of mixed-dev (~1,100 ParDos fused into ~420 stages), Beam spent about a
 fifth of the wall clock on work whose answer never changes, or on workers with nothing to do:
@@ -18,7 +18,8 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
   for a runner's monitoring and its stuck-step logs) and joins it at the end, waiting out the
   thread's sleep (2 ms at first, growing to 200 ms): ~2.3 ms of a bare stage's ~6.5 ms in process
   (a chain of 200 GroupByKeys: 1.41 s with the thread, 0.94 s without). Nothing reads those
-  counters on a local run.
+  counters on a local run (unless it measures its stages' cost: `local_run(timed=True)`).
+- Every stage's bundle descriptor is built with a copy of every PCollection of the pipeline.
 
 `local_run()` installs them for a local run (FnApiRunner, where they were measured), in the driver and
 in the worker processes it starts (`apply_in_local_workers`, when a worker imports `pipelines.stage` to
@@ -48,6 +49,11 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   test_packing_multimodal.py).
 - The state sampler keeps its scoped states and the current tracker (metrics
   find their container through it) but runs no thread: its msecs counters stay 0.
+- Each stage's bundle descriptor holds the PCollections its transforms read and write, not every
+  PCollection of the pipeline: Beam copies all of them (~2,000 in a run, 350 kB) into every one of the
+  ~430 stages' descriptors (150 MB of protos in a run), and each worker parses them again. The SDK harness looks PCollections up
+  only through a transform's inputs and outputs; coders, windowing strategies and environments (a few
+  dozen) are still copied whole.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
@@ -62,6 +68,7 @@ import types
 import weakref
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
 from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import core, userstate
@@ -72,6 +79,7 @@ _YIELD_AND_RETURN = core._check_fn_use_yield_and_return
 _VIEW_AS = PipelineOptions.view_as
 _PARALLEL_PROCESS_BUNDLE = fn_runner.ParallelBundleManager.process_bundle
 _CONTROL_CLOSE = worker_handlers.ControlConnection.close
+_DESCRIPTOR = execution.BundleContextManager._build_process_bundle_descriptor
 _SAMPLER_START, _SAMPLER_STOP = statesampler.StateSampler.start, statesampler.StateSampler.stop
 LOCAL_RUN_ENV = "CURATE_LOCAL_RUN"
 IN_PROCESS = "curate-in-process"  # the key of the runner process's own worker among a run's workers
@@ -182,6 +190,23 @@ def uses_yield_and_return(fn) -> bool:
     if code not in _yield_and_return:
         _yield_and_return[code] = _YIELD_AND_RETURN(fn)
     return _yield_and_return[code]
+
+
+def process_bundle_descriptor(self):
+    """`BundleContextManager._build_process_bundle_descriptor` with only the stage's own PCollections."""
+    components = self.execution_context.pipeline_components
+    used = {pcoll for transform in self.stage.transforms
+            for pcoll in (*transform.inputs.values(), *transform.outputs.values())}
+    return beam_fn_api_pb2.ProcessBundleDescriptor(
+        id=self.bundle_uid,
+        transforms={transform.unique_name: transform for transform in self.stage.transforms},
+        pcollections={pcoll: components.pcollections[pcoll] for pcoll in sorted(used)
+                      if pcoll in components.pcollections},
+        coders=dict(components.coders.items()),
+        windowing_strategies=dict(components.windowing_strategies.items()),
+        environments=dict(components.environments.items()),
+        state_api_service_descriptor=self.state_api_service_descriptor(),
+        timer_api_service_descriptor=self.data_api_service_descriptor())
 
 
 def view_as(self, cls):
@@ -301,7 +326,8 @@ _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEF
           (core, "_check_fn_use_yield_and_return", uses_yield_and_return, _YIELD_AND_RETURN),
           (PipelineOptions, "view_as", view_as, _VIEW_AS),
           (fn_runner.ParallelBundleManager, "process_bundle", process_bundle, _PARALLEL_PROCESS_BUNDLE),
-          (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE))
+          (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE),
+          (execution.BundleContextManager, "_build_process_bundle_descriptor", process_bundle_descriptor, _DESCRIPTOR))
 
 
 def apply(on: bool = True) -> None:

@@ -1,6 +1,6 @@
 """pipelines/beam_overhead.py in real 2-process FnApiRunner pipelines: only the stages with work to
 share go to the worker processes, the rest run in the runner process; a local run's bundles sample no
-state, in the driver and in its workers."""
+state, in the driver and in its workers; bundle descriptors carry only their stages' PCollections."""
 
 from pathlib import Path
 
@@ -149,3 +149,38 @@ def test_a_worker_gets_the_fixes_only_from_a_local_run():
         out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
                              env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
         assert out[-2] == expected, out
+
+
+def test_bundle_descriptors_hold_what_beam_s_hold_for_their_transforms():
+    """Every stage's descriptor in a 2-process run with side inputs, a combine and a GroupByKey: the same
+    transforms, coders, windowing strategies and environments as Beam's own, and exactly Beam's
+    PCollections among those the stage's transforms read or write; the results are Beam's."""
+    from apache_beam.runners.portability.fn_api_runner import execution
+
+    compared = []
+
+    def checked(self):
+        ours, beams = beam_overhead.process_bundle_descriptor(self), beam_overhead._DESCRIPTOR(self)
+        used = {p for t in ours.transforms.values() for p in (*t.inputs.values(), *t.outputs.values())}
+        assert ours.transforms == beams.transforms and ours.coders == beams.coders
+        assert ours.windowing_strategies == beams.windowing_strategies and ours.environments == beams.environments
+        assert dict(ours.pcollections) == {p: beams.pcollections[p] for p in used}
+        assert len(ours.pcollections) < len(beams.pcollections)
+        compared.append(self.stage.name)
+        return ours
+
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                               "--direct_running_mode=multi_processing"])
+    beam_overhead.apply()
+    execution.BundleContextManager._build_process_bundle_descriptor = checked
+    try:
+        with beam.Pipeline(options=options) as p:
+            numbers = p | beam.Create(range(2000))
+            total = numbers | "Total" >> beam.CombineGlobally(sum)
+            shifted = numbers | "Shift" >> beam.Map(lambda n, t: (n % 7, n + t), beam.pvalue.AsSingleton(total))
+            grouped = shifted | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+            assert_that(grouped, equal_to([(k, len(range(k, 2000, 7))) for k in range(7)]))
+    finally:
+        beam_overhead.apply(False)  # Beam's own functions back, this one too
+    assert execution.BundleContextManager._build_process_bundle_descriptor is beam_overhead._DESCRIPTOR
+    assert len(compared) > 5
