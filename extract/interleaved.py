@@ -34,8 +34,8 @@ from extract.images import MARKER, ImageRef, add_contexts, image_refs, without_m
 CHROME = ("nav", "header", "footer", "form", "button", "select", "textarea", "iframe", "object", "embed", "canvas",
           "svg", "audio", "video", "map", "area", "dialog")
 HIDDEN = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'  # then checked exactly
-# Both in one selector list: one walk of the tree finds every element to remove (a lookup per tag walked it
-# 17 times: 0.44 -> 0.25 ms a page on real news pages).
+# Both in one selector list: one walk of the tree finds every element to remove (a lookup per tag would walk
+# it once per tag).
 REMOVED = ", ".join(CHROME) + ", " + HIDDEN
 CHROME_TAGS = frozenset(CHROME)
 HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)

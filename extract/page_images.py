@@ -3,10 +3,9 @@ references with their context (`pairs_view`) and the interleaved branch's docume
 each with whether the page opts out of AI use and why it could not be read, if so.
 
 Where both branches run, `page_views` gives both from one decoding of the page and, for a page that may
-hold images, one parse and one call to the sandbox's child (extract.interleaved.image_views): on real
-news pages 3.2 -> 2.4 ms a page with images in process, and one request to the child instead of two.
-The views are the ones each branch's own step gives: when the shared call fails or a view took longer
-than its own deadline, each is made again alone, under its own deadline, for its own verdict.
+hold images, one parse and one call to the sandbox's child (extract.interleaved.image_views) instead of
+two of each. The views are the ones each branch's own step gives: when the shared call fails or a view
+took longer than its own deadline, each is made again alone, under its own deadline, for its own verdict.
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
 - The state sampler keeps its scoped states and the current tracker (metrics
   find their container through it) but runs no thread: its msecs counters stay 0.
 - Each stage's bundle descriptor holds the PCollections its transforms read and write, not every
-  PCollection of the pipeline: Beam copies all of them (~2,000 in a run, 350 kB) into every one of the
-  ~430 stages' descriptors (150 MB of protos in a run), and each worker parses them again. The SDK harness looks PCollections up
+  PCollection of the pipeline: Beam copies all of them (thousands in a run) into every stage's
+  descriptor, and each worker parses them again. The SDK harness looks PCollections up
   only through a transform's inputs and outputs; coders, windowing strategies and environments (a few
   dozen) are still copied whole.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
