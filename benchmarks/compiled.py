@@ -1,5 +1,6 @@
-"""Each compiled hot path against its Python implementation (its test oracle and fallback), on the words of
-real pages: ms per document for both, the speed-up, and whether every result was the same.
+"""The compiled n-gram coverage against its Python implementation (its test oracle and fallback), on the
+words of real pages: ms per document for both, the speed-up, and whether every result was the same (the
+compiled PDF layout is measured by benchmarks/pdf.py, against a bare pypdfium2 loop).
 
     python benchmarks/compiled.py [--warc ../shared/data/corpus/mixed-dev.warc.gz] [--repeat 3]
 
@@ -42,7 +43,7 @@ def page_words(warc: Path) -> list[list[str]]:
     return out
 
 
-def best_pass(fn, docs: list, args: tuple) -> tuple[float, list]:
+def timed_pass(fn, docs: list, args: tuple) -> tuple[float, list]:
     started = time.perf_counter()
     results = [fn(words, *args) for words in docs]
     return time.perf_counter() - started, results
@@ -61,8 +62,8 @@ def main() -> None:
     seconds = {"compiled": [], "python": []}
     same = True
     for _ in range(args.repeat):
-        s_c, r_c = best_pass(ngram_coverage, docs, ns)
-        s_p, r_p = best_pass(ngram_coverage_python, docs, ns)
+        s_c, r_c = timed_pass(ngram_coverage, docs, ns)
+        s_p, r_p = timed_pass(ngram_coverage_python, docs, ns)
         seconds["compiled"].append(s_c)
         seconds["python"].append(s_p)
         same = same and r_c == r_p

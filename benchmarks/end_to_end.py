@@ -253,9 +253,9 @@ def main() -> None:
             result.setdefault("speedup_2w", {})[pages] = round(one["wall_s"] / two["wall_s"], 2)
     # the per-page budget: one more 1-worker run of the largest size with each stage timed (Beam's
     # state sampler on, which the runs above leave off: it costs about 2 ms per bundle)
-    pages = args.pages[-1]
+    pages = args.pages[-1]  # `inp`: its input, from the loop's last round
     out = tempfile.mkdtemp(prefix="curate-e2e-cost-")
-    timed = curate_run(make_input(args.warc, pages, work / f"in-{pages}")["files"], out, 1, ["--stage-cost"])
+    timed = curate_run(inp["files"], out, 1, ["--stage-cost"])
     subprocess.run(["rm", "-rf", out])
     result["budget"] = {"pages": pages, "workers": 1, "wall_s": timed["wall_s"], **timed["cost"]}
     # fixed cost: the bundled sample (the default config's inputs, what `make run` runs) with every

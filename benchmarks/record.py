@@ -132,12 +132,8 @@ def _budget() -> list[str]:
             "interleaved stage's includes the image views it shares with the pairs branch); a change that raises a",
             f"stage's figure says by how much and why. From {rec['commit']}, {rec['date']}, {rec['machine']}.", "",
             "| stage | ms per page read |", "|---|---|"]
-    order = budget.get("order")  # the run's order (the record's keys are sorted); else the registry's
-    if not order:
-        from pipelines.registry import STAGES
-
-        order = [name for name in STAGES if name in budget["stages"]]
-    rows += [f"| {name} | {budget['stages'][name]['ms_per_page']:.2f} |" for name in order]
+    rows += [f"| {name} | {budget['stages'][name]['ms_per_page']:.2f} |"
+             for name in budget["order"]]  # the run's order (the record's keys are sorted)
     rows += [f"| loss audit (outside any stage) | {budget['outside_stages']['ms_per_page']:.2f} |",
              f"| **all transforms** | **{budget['transforms_ms_per_page']:.2f}** |",
              f"| runner machinery and idle (the pipeline's wall clock less the above) | {budget['runner_ms_per_page']:.2f} |",
@@ -147,6 +143,5 @@ def _budget() -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.path[0] = str(ROOT)  # the packages, not benchmarks/ (its packing.py would shadow the package)
     DOC.write_text(render())
     print(DOC)

@@ -423,10 +423,9 @@ def _kind(u: int) -> tuple[int, str]:
 def _lines(textpage, visible, upright: bool) -> list[_Line]:
     """The page's characters grouped into lines, in stream order, then `_rejoin`ed.
 
-    PDFium is asked per character inside map() (a loop in C: the code points, then the glyphs' boxes,
-    then the visible glyphs' angles unless the page is `upright`), and a character within the current
-    line's vertical extent that passes the x tests takes a short path (see the loop). Line boxes are
-    min()/max() over slices, which keep the first of equal values as a running min/max does."""
+    PDFium is asked per character in one loop each (`char_codes`, `visible_glyphs`: compiled, else
+    inside map(); then the visible glyphs' angles unless the page is `upright`); the glyphs are grouped
+    into lines by `group_chars` and each line's box is `line_boxes`'s."""
     handle = _handle(textpage.raw)
     n = max(pdfium_c.FPDFText_CountChars(textpage), 0)
     codes = char_codes(handle, n)
@@ -483,11 +482,10 @@ def group_chars_python(f0: list, f1: list, f2: list, f3: list, quarters: list, s
     spaces PDFium put since the glyph before, see `_lines`), and the module's constants it is given
     (_NEWLINE_WEIGHT, LINE_SPLIT_GAP, NEWLINE_CONTINUE_GAP, SPACE_GAP). Returns the glyphs that start a
     line, whether each such start was a gap split, and the glyphs a space goes before."""
-    frame = (f0, f1, f2, f3)
     starts, gap_splits, spaced = [], [], []
     fy0 = fy1 = last_x0 = last_x1 = back = gutter = 0.0
     line_q = -1
-    for i, (a0, a1, a2, a3, q, step) in enumerate(zip(*frame, quarters, steps)):
+    for i, (a0, a1, a2, a3, q, step) in enumerate(zip(f0, f1, f2, f3, quarters, steps)):
         if (step < newline_weight and q == line_q and fy0 <= a1 and a3 <= fy1 and a1 < a3
                 and a0 >= last_x0 - back and not a0 - last_x1 > gutter):
             # The short path, the outcome of the long one for most characters: no line break from

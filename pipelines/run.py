@@ -165,12 +165,9 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
     stats and markers are the last stage's): what its cost is summed over."""
     out_count = None  # the previous stage's `out` is this stage's `in`: each doc is counted once
     writes, counters, drops = [], [], []
+    labels = {} if labels is None else labels
     before = set(p.applied_labels)
     for name in names:
-        if labels is not None and name != names[0]:
-            labels[previous_name] = set(p.applied_labels) - before
-            before = set(p.applied_labels)
-        previous_name = name
         stage = STAGES[name]
         inputs = docs
         built = stage.build(p, cfg, inputs, root)
@@ -192,6 +189,7 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
             drops.append(built.drops | f"{name}/DropFolder" >> beam.Map(
                 lambda row, folder: (folder, row), io.join(root, "dropped", name)))
         writes += built.written
+        labels[name], before = set(p.applied_labels) - before, set(p.applied_labels)
     last = STAGES[names[-1]]
     if drops:
         writes.append(io.write_parquet_folders(drops | f"{last.name}/AllDrops" >> beam.Flatten(),
@@ -205,8 +203,7 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
     (p | f"{last.name}/Done" >> beam.Create([None])
      | f"{last.name}/Mark" >> beam.ParDo(_MarkGroup(root, names, markers, started), beam.pvalue.AsSingleton(stats),
                                          *[beam.pvalue.AsList(w) for w in writes]))
-    if labels is not None:
-        labels[last.name] = set(p.applied_labels) - before
+    labels[last.name] |= set(p.applied_labels) - before
     return docs, writes
 
 

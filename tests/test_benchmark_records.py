@@ -41,7 +41,7 @@ def test_every_script_records_its_run():
 
 
 def test_records_name_no_path_of_the_machine_they_ran_on():
-    assert record.portable({"warc": str(record.ROOT.parent / "shared" / "x.warc.gz"), "n": [1, "ok"]}) == \
-        {"warc": "../shared/x.warc.gz", "n": [1, "ok"]}
+    assert record.portable({"warc": str(record.ROOT.parent / "data" / "x.warc.gz"), "n": [1, "ok"]}) == \
+        {"warc": "../data/x.warc.gz", "n": [1, "ok"]}
     for path in record.RESULTS.glob("*.json"):
         assert str(record.ROOT.parent) not in path.read_text(), path.name
