@@ -20,7 +20,9 @@ many sharing pages make a key of 2 GiB.
 `project` fits each measured quantity linearly in pages between the two sizes (a GroupByKey's bytes,
 the output bytes, core-seconds) and prints the projection as JSON and as a Markdown table: shuffle
 bytes per stage, the content-keyed GroupByKeys by the number of sharing pages that makes a key 2 GiB,
-worker-hours and cost at the list prices below.
+worker-hours and cost at the list prices below; and every GroupByKey on the per-page path (at least
+one byte a page at the smaller size; the rest carry counters, markers and file lists), its bytes and
+elements a page at both sizes beside what it is for (`WHY`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,91 @@ PRICES = {
 WORKER = {"vcpus": 8, "memory_gb": 32}  # n2-standard-8, configs/dataflow.yaml's machine type
 UTILIZATION = 0.7  # busy share of a worker's vCPUs over a batch job (stragglers, start-up, shuffle waits)
 KEY_LIMIT_BYTES = 2 * 2**30  # one key's values that a Spark or Flink batch task holds in memory, at most
+
+
+PER_PAGE_MIN_BYTES = 1.0  # a GroupByKey shuffling less than this a page carries counters, markers, file lists
+
+# What each GroupByKey on the per-page path is for, by label prefix (the longest that matches): the rule
+# that needs every page before it can decide one, or the join that brings the parts of a page together
+# again. A GroupByKey here is a shuffle at crawl scale; one that has no entry is not justified yet.
+WHY = {
+    "quality/TemplateLines/DistinctPages": "template lines: a host's pages with the same lines count once (copies are not a template)",
+    "quality/TemplateLines/CountLinePages": "template lines: pages a (host, line) occurs on, over every page of the host (C4, RefinedWeb)",
+    "quality/TemplateLines/JoinHost": "template lines: a host's page count meets its lines' counts (the share threshold)",
+    "quality/TemplateLines/JoinLines": "template lines: each page's lines meet their host's template lines",
+    "quality/TemplateLines/JoinDocs": "template lines: each document meets the lines to remove from it",
+    "exact_dedup/Dedup/Survivors/GroupKeys": "exact dedup: survivor keys (not documents) grouped by text hash; a page copied a million times is a small key",
+    "exact_dedup/Dedup/Survivors/JoinDocs": "exact dedup: each document meets its own keep/drop decision",
+    "near_dedup/Dedup/GroupBuckets": "near dedup: documents sharing a MinHash LSH band (Broder 1997)",
+    "near_dedup/Dedup/DistinctCandidates": "near dedup: each candidate pair once",
+    "near_dedup/Dedup/Verify": "near dedup: each star edge's two shingle sets meet for the exact Jaccard check",
+    "near_dedup/Dedup/Components": "near dedup: connected components of the verified pairs (large-star / small-star rounds, Kiveris et al. 2014)",
+    "near_dedup/Dedup/GroupDocs": "near dedup: each document meets its component's root",
+    "near_dedup/Dedup/Survivors": "near dedup: survivor keys grouped by component, then each document meets its decision",
+    "ImagePairs/GroupUrl": "image pairs: an image's references from every page meet (alt-text counts, one decode per image)",
+    "ImagePairs/DistinctUrls": "image pairs: each referenced image URL once",
+    "ImagePairs/ImageBytes/OneCopy": "image pairs: one capture of each image URL (a crawl captures some twice)",
+    "ImagePairs/ImageBytes/JoinCaptures": "image pairs: the crawl's image bytes meet the references that name their URL",
+    "ImagePairs/GroupSha": "image pairs: exact image dedup by content hash",
+    "ImagePairs/PhashDedup": "image pairs: near-duplicate images by perceptual-hash bands, components and survivors",
+    "interleaved/Build/FrequentUrls": "interleaved: image URLs on many pages (logos, ads) found over every page (OBELICS)",
+    "interleaved/Build/JoinFrequent": "interleaved: each document meets the frequent URLs it holds",
+    "interleaved_images/Attach": "interleaved: the crawl's image bytes meet the documents whose nodes name them",
+    "interleaved_exact_dedup": "interleaved exact dedup: as exact dedup, on the documents' text and images",
+    "interleaved_near_dedup": "interleaved near dedup: as near dedup, on the documents' text",
+    "interleaved_dedup": "interleaved dedup: documents that share their images",
+    "write/Write/GroupShard": "output: rows into the configured shards, so files hold the same rows whatever the workers",
+    "WriteImages/GroupShard": "output: image rows into the configured shards",
+    "WritePairs/GroupShard": "output: pair rows into the configured shards",
+    "WritePdf/GroupShard": "output: PDF rows into the configured shards",
+    "interleaved_write/Write/GroupShard": "output: interleaved rows into the configured shards",
+    "interleaved_images/WriteImages/GroupShard": "output: interleaved image rows into the configured shards",
+    "Audit/ByFile": "loss audit: every input record's fate meets its file's record count (in = out + dropped)",
+    "Audit/Provenance": "loss audit: no output row's provenance repeats",
+    "Audit/KeptIds": "loss audit: no kept id repeats",
+    "BuildShards/TextClusters": "mix: each surviving text document's dedup cluster (its members set its epochs)",
+    "BuildShards/InterleavedClusters": "mix: each surviving interleaved document's dedup cluster",
+    "BuildShards/TextSamples": "mix: each text document meets its cluster",
+    "BuildShards/InterleavedSamples": "mix: each interleaved document meets its cluster",
+    "BuildShards/ResolveTwins": "mix: a page's text and multimodal twins meet; the multimodal one replaces the text one",
+    "BuildShards/AllocatePhases": "packing: the length histogram (a combine) that splits the token budget between the phases",
+    "BuildShards/Pack pretrain": "packing: chunks meet their best-fit bin, bins are grouped into shards",
+    "BuildShards/Pack long": "packing (long phase): chunks meet their best-fit bin, bins are grouped into shards",
+}
+
+
+def why(label: str) -> str:
+    """WHY's entry for a GroupByKey label (its longest matching prefix), or ""."""
+    prefixes = [k for k in WHY if label.startswith(k)]
+    return WHY[max(prefixes, key=len)] if prefixes else ""
+
+
+def family(label: str) -> str:
+    """A GroupByKey's label with the round of an unrolled loop (LargeStar3, SmallStar3) collapsed to N."""
+    for step in ("LargeStar", "SmallStar"):
+        head, found, tail = label.partition(f"/{step}")
+        if found:
+            digits = len(tail) - len(tail.lstrip("0123456789"))
+            label = f"{head}/{step}N{tail[digits:]}"
+    return label
+
+
+def per_page_groups(measured: list[dict]) -> list[dict]:
+    """The GroupByKeys (rounds collapsed) on the per-page path, bytes first: each one's bytes and elements
+    a page at both sizes, how many there are, and what it is for."""
+    a, b = sorted(measured, key=lambda m: m["pages"])[:2]
+    sums = collections.defaultdict(lambda: {"n": 0, "bytes": [0, 0], "elements": [0, 0]})
+    for i, run in enumerate((a, b)):
+        for label, g in run["gbk"].items():
+            entry = sums[family(label)]
+            entry["n"] += i == 0
+            entry["bytes"][i] += g["bytes"]
+            entry["elements"][i] += g["elements"]
+    rows = [{"gbk": name, "count": e["n"], "why": why(name),
+             "bytes_per_page": [round(e["bytes"][0] / a["pages"], 1), round(e["bytes"][1] / b["pages"], 1)],
+             "elements_per_page": [round(e["elements"][0] / a["pages"], 3), round(e["elements"][1] / b["pages"], 3)]}
+            for name, e in sums.items() if e["bytes"][0] / a["pages"] >= PER_PAGE_MIN_BYTES]
+    return sorted(rows, key=lambda r: (-r["bytes_per_page"][0], r["gbk"]))
 
 
 def measure(warc: Path, pages: int, work: Path) -> dict:
@@ -163,6 +250,7 @@ def project(measured: list[dict], pages: float, warc_bytes: float) -> dict:
         "cost_usd": {"dataflow": {**dataflow, "total": sum(dataflow.values())},
                      "spark_on_n2_dataproc": {**spark, "total": sum(spark.values())}},
         "content_keys": sorted(keys, key=lambda k: k["values_for_key_limit"]),
+        "per_page_groups": per_page_groups(measured),
         "prices": PRICES,
     }
 
@@ -182,6 +270,13 @@ def markdown(proj: dict) -> str:
              f"{proj['worker_hours']:,.0f} {proj['worker']['vcpus']}-vCPU worker-hours at {proj['utilization']:.0%} busy; "
              f"Dataflow ${cost['dataflow']['total']:,.0f} (shuffle ${cost['dataflow']['shuffle']:,.0f}), "
              f"Spark on n2 + Dataproc ${cost['spark_on_n2_dataproc']['total']:,.0f}."]
+    n_small, n_large = (f"{n:,}" for n in proj["measured_at_pages"])
+    rows += ["", f"| GroupByKey (how many) | bytes a page at {n_small} / {n_large} pages | elements a page | what it is for |",
+             "|---|---|---|---|"]
+    rows += [f"| {g['gbk']}{' (%d)' % g['count'] if g['count'] > 1 else ''} | "
+             f"{g['bytes_per_page'][0]:,.0f} / {g['bytes_per_page'][1]:,.0f} | "
+             f"{g['elements_per_page'][0]:.2f} / {g['elements_per_page'][1]:.2f} | {g['why'] or 'NOT JUSTIFIED'} |"
+             for g in proj["per_page_groups"]]
     return "\n".join(rows)
 
 

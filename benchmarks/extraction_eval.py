@@ -13,6 +13,9 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
   template lines, a cross-page step, are left out: the set has one page per host;
 - `default_in_sample`: the same with the shipped head, fitted on all 181 pages (in-sample here, for
   reference only);
+- `curate_extract`: what `curate extract` does to a page (pipelines/extract_pages.py: charset decoding of
+  the page's UTF-8 bytes, extraction, fastText's language, the line steps with the shipped boilerplate
+  head, so its scores are in-sample as `default_in_sample`'s), the acceptance measure of its speed;
 - `default_extractor`: extract_main_text alone, without the line steps;
 - `default_extractor_lines`: extract_main_text and the line steps without the boilerplate model
   (`quality.boilerplate_model: false`);
@@ -84,8 +87,18 @@ def engines() -> dict:
     from extract.html import extract_main_text
     from filters.boilerplate import load_model, remove_context_boilerplate
 
+    from pipelines.config import load_config
+    from pipelines.extract_pages import TextBranchSteps
+
     held_out = {h: load_model(None, f"fit_half_{1 - h}") for h in (0, 1)}
     shipped = load_model()
+    text_branch = TextBranchSteps(load_config(None))
+
+    def curate_extract(page):
+        payload = page.utf8 if page.utf8 is not None else page.text.encode("utf-8", "surrogatepass")
+        return text_branch({"id": "", "url": "", "warc_file": "", "warc_offset": 0, "warc_date": "",
+                            "source": "html", "content_type": "text/html", "http_charset": "",
+                            "payload": payload})[0] or ""
 
     def ours(page, engine="resiliparse"):
         return extract_main_text(page.text, engine, utf8=page.utf8).strip()
@@ -96,6 +109,7 @@ def engines() -> dict:
     return {
         "default": lambda page, half: judged(ours(page), held_out[half]),
         "default_in_sample": lambda page, half: judged(ours(page), shipped),
+        "curate_extract": lambda page, half: curate_extract(page),
         "default_extractor": lambda page, half: ours(page),
         "default_extractor_lines": lambda page, half: judged(ours(page)),
         "resiliparse_bare": lambda page, half: extract_plain_text(page.text, main_content=True),

@@ -20,6 +20,9 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
   (a chain of 200 GroupByKeys: 1.41 s with the thread, 0.94 s without). Nothing reads those
   counters on a local run (unless it measures its stages' cost: `local_run(timed=True)`).
 - Every stage's bundle descriptor is built with a copy of every PCollection of the pipeline.
+- Every bundle processor builds its operations (unpickling each DoFn) in a new thread, so that
+  an unpickling that hangs can end the SDK harness for the runner to restart: a thread started and
+  joined per stage.
 
 `local_run()` installs them for a local run (FnApiRunner, where they were measured), in the driver and
 in the worker processes it starts (`apply_in_local_workers`, when a worker imports `pipelines.stage` to
@@ -54,12 +57,15 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   descriptor, and each worker parses them again. The SDK harness looks PCollections up
   only through a transform's inputs and outputs; coders, windowing strategies and environments (a few
   dozen) are still copied whole.
+- A bundle processor builds its operations in the calling thread: a local run has no harness to
+  restart, and a hang there hangs the run either way.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import inspect
 import os
@@ -70,7 +76,7 @@ import weakref
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
-from apache_beam.runners.worker import statesampler
+from apache_beam.runners.worker import bundle_processor, statesampler
 from apache_beam.transforms import core, userstate
 
 _ARGS_DEFAULTS = core.get_function_args_defaults
@@ -274,6 +280,34 @@ class _InProcess:
         return handlers
 
 
+class CallerThreadExecutor:
+    """The `concurrent.futures.ThreadPoolExecutor` a bundle processor builds its operations with, running
+    each task in the calling thread: the future it returns is already done."""
+
+    def __init__(self, max_workers=None, thread_name_prefix=""):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    @staticmethod
+    def submit(fn, *args, **kwargs) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # raised again by future.result(), as from Beam's thread
+            future.set_exception(err)
+        return future
+
+
+# `concurrent` as bundle_processor sees it: its ThreadPoolExecutor is CallerThreadExecutor
+_CALLER_THREAD = types.SimpleNamespace(futures=types.SimpleNamespace(
+    ThreadPoolExecutor=CallerThreadExecutor, TimeoutError=concurrent.futures.TimeoutError))
+
+
 def start_untimed(self) -> None:
     """`statesampler.StateSampler.start` without its sampling thread."""
     self.tracked_thread = threading.current_thread()
@@ -327,7 +361,8 @@ _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEF
           (PipelineOptions, "view_as", view_as, _VIEW_AS),
           (fn_runner.ParallelBundleManager, "process_bundle", process_bundle, _PARALLEL_PROCESS_BUNDLE),
           (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE),
-          (execution.BundleContextManager, "_build_process_bundle_descriptor", process_bundle_descriptor, _DESCRIPTOR))
+          (execution.BundleContextManager, "_build_process_bundle_descriptor", process_bundle_descriptor, _DESCRIPTOR),
+          (bundle_processor, "concurrent", _CALLER_THREAD, bundle_processor.concurrent))
 
 
 def apply(on: bool = True) -> None:

@@ -5,10 +5,10 @@ The text comes from the text branch's own steps, called one document at a time w
 the read stage's verdict on each record (`extract.records.record_fates`), `ExtractText` (charset
 decoding, main-content extraction under its deadline), `IdentifyLanguage`, and the quality stage's line
 removal (filters/clean.py), with the run config's sections. So a line's `text` is what `docs/text` holds for that
-page when no later rule drops it. With `quality.template_lines`, a cross-page step, the inputs are read
-twice: once to count each host's template lines over all of them (filters/template_lines.py
-`host_templates`, the rule the pipeline computes with Beam combines), once to write the pages without
-them, so the text agrees with a run over the same inputs.
+page when no later rule drops it. With `quality.template_lines`, a cross-page step, each page is extracted
+once and spooled to a temporary file while each host's template lines are counted over all of them
+(filters/template_lines.py `host_templates`, the rule the pipeline computes with Beam combines); the
+spooled pages are then written without them, so the text agrees with a run over the same inputs.
 
 Lines: `{"url": ..., "text": ..., "reason": ...}` per WARC record that stands for a page (requests,
 metadata and warcinfo records are not pages), `{"path": ..., ...}` per HTML file; `text` is null when
@@ -21,13 +21,22 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Iterator
+import pickle
+import tempfile
+from typing import Callable, Iterator, NamedTuple
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".html.gz", ".htm.gz", ".xhtml.gz")
 
 
+class Unfinished(NamedTuple):
+    """A page's text after language identification, before the quality stage's line removal."""
+    text: str
+    host: str | None
+
+
 class TextBranchSteps:
-    """The text branch's steps up to the quality rules, with the config `cfg` (a run config)."""
+    """The text branch's steps up to the quality rules, with the config `cfg` (a run config). Called on a
+    raw page (io.RAW_SCHEMA): (text, None) or (None, reason)."""
 
     def __init__(self, cfg: dict):
         from pipelines.stages import ExtractText, IdentifyLanguage
@@ -38,14 +47,15 @@ class TextBranchSteps:
         for step in (self.extract, self.language):
             step.setup()
             step.start_bundle()
-
         self.templates: dict = {}  # host -> its template-line hashes (quality.template_lines)
-        self.seen: list | None = None  # while counting them: (host, line hashes) of every page
 
     def __call__(self, raw: dict) -> tuple[str | None, str | None]:
-        """(text, None) or (None, reason) for one raw page (io.RAW_SCHEMA)."""
-        from filters.clean import clean_for_rules
-        from filters.template_lines import host_of, line_hashes, remove_template_lines
+        page, reason = self.unfinished(raw)
+        return (None, reason) if page is None else (self.finish(page), None)
+
+    def unfinished(self, raw: dict) -> tuple[Unfinished | None, str | None]:
+        """The extract and language stages: (Unfinished, None) or (None, reason)."""
+        from filters.template_lines import host_of
         from pipelines.stage import Drop
 
         doc = self.extract.step(raw)
@@ -54,32 +64,26 @@ class TextBranchSteps:
         doc = self.language.step(doc)
         if isinstance(doc, Drop):
             return None, doc.reason
-        text, host = doc["text"], host_of(doc.get("url"))
-        if self.seen is not None:
-            self.seen.append((host, line_hashes(text)))
-            return None, None
-        if host in self.templates:
-            text, _ = remove_template_lines(text, self.templates[host])
+        return Unfinished(doc["text"], host_of(doc.get("url"))), None
+
+    def finish(self, page: Unfinished) -> str:
+        """The quality stage's line removal: the host's template lines, then filters/clean.py's steps."""
+        from filters.clean import clean_for_rules
+        from filters.template_lines import remove_template_lines
+
+        text = page.text
+        if page.host in self.templates:
+            text, _ = remove_template_lines(text, self.templates[page.host])
         quality = self.cfg["quality"]
-        text, _ = clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
-                                  quality["boilerplate_model"], quality["rendering_max_copies"],
-                                  quality["label_lines"])
-        return text, None
-
-    def count_templates(self, pages: Iterator[dict]) -> None:
-        """Reads `pages` (an iterator over the inputs that calls this object) for the template lines
-        of each host; later calls remove them."""
-        from filters.template_lines import host_templates
-
-        quality = self.cfg["quality"]
-        self.seen = []
-        for _ in pages:
-            pass
-        seen, self.seen = self.seen, None
-        self.templates = host_templates(seen, quality["template_lines_min_pages"], quality["template_lines_min_share"])
+        return clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
+                               quality["boilerplate_model"], quality["rendering_max_copies"],
+                               quality["label_lines"])[0]
 
 
-def html_file_page(path: str, steps: TextBranchSteps) -> dict:
+PageStep = Callable[[dict], tuple[object, str | None]]  # a raw page -> (text, None) or (None, reason)
+
+
+def html_file_page(path: str, steps: PageStep) -> dict:
     with open(path, "rb") as fh:
         payload = fh.read()
     if path.endswith(".gz"):
@@ -93,13 +97,13 @@ def html_file_page(path: str, steps: TextBranchSteps) -> dict:
     return {"path": path, "text": text, "reason": reason}
 
 
-def warc_pages(path: str, steps: TextBranchSteps) -> Iterator[dict]:
+def warc_pages(path: str, steps: PageStep, max_record_bytes: int) -> Iterator[dict]:
     """The read stage's verdict on each record (extract.records.record_fates), then `steps`."""
     from extract.records import raw_page, record_fates
     from extract.warc import iter_records
 
     with open(path, "rb") as stream:
-        for item, doc, fate, reason in record_fates(iter_records(stream, steps.cfg["read"]["max_record_bytes"]), path):
+        for item, doc, fate, reason in record_fates(iter_records(stream, max_record_bytes), path):
             if fate == "error":
                 yield {"url": None, "offset": item.offset, "text": None, "reason": reason}
             elif fate == "duplicate":
@@ -111,6 +115,31 @@ def warc_pages(path: str, steps: TextBranchSteps) -> Iterator[dict]:
                 yield {"url": item.url, "text": None, "reason": reason}
 
 
+def _spooled(pages: Iterator[dict], steps: TextBranchSteps) -> Iterator[dict]:
+    """`pages` (their `text` Unfinished or None) with their text finished, after every page has been read
+    once to count each host's template lines; the pages wait in a temporary file meanwhile."""
+    from filters.template_lines import host_templates, line_hashes
+
+    quality = steps.cfg["quality"]
+    seen = []  # (host, line hashes) of every page with a text
+    with tempfile.TemporaryFile() as spool:
+        for page in pages:
+            if page["text"] is not None:
+                seen.append((page["text"].host, line_hashes(page["text"].text)))
+            pickle.dump(page, spool, protocol=pickle.HIGHEST_PROTOCOL)
+        steps.templates = host_templates(seen, quality["template_lines_min_pages"], quality["template_lines_min_share"])
+        del seen
+        spool.seek(0)
+        while True:
+            try:
+                page = pickle.load(spool)
+            except EOFError:
+                return
+            if page["text"] is not None:
+                page["text"] = steps.finish(page["text"])
+            yield page
+
+
 def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
     """Writes one line per page of `paths` to `output`; returns {"pages", "with_text", "reasons"}."""
     from pipelines.config import UserError
@@ -119,16 +148,18 @@ def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
     if missing:
         raise UserError(f"--input: no such file: {', '.join(missing)}")
     steps = TextBranchSteps(cfg)
+    spool = cfg["quality"]["template_lines"]
+    step = steps.unfinished if spool else steps
 
-    def pages():
-        for path in paths:
-            yield from [html_file_page(path, steps)] if path.lower().endswith(HTML_SUFFIXES) else warc_pages(path, steps)
+    def read(path):
+        if path.lower().endswith(HTML_SUFFIXES):
+            return [html_file_page(path, step)]
+        return warc_pages(path, step, cfg["read"]["max_record_bytes"])
 
-    if cfg["quality"]["template_lines"]:
-        steps.count_templates(pages())
+    pages = (page for path in paths for page in read(path))
     summary = {"pages": 0, "with_text": 0, "reasons": {}}
     with open(output, "w", encoding="utf-8") as out:
-        for page in pages():
+        for page in _spooled(pages, steps) if spool else pages:
             out.write(json.dumps(page, ensure_ascii=False) + "\n")
             summary["pages"] += 1
             if page["reason"]:

@@ -142,10 +142,12 @@ def test_a_worker_gets_the_fixes_only_from_a_local_run():
 
     check = ("import pipelines.stage; from pipelines import beam_overhead as b; "
              "from apache_beam.transforms import userstate; from apache_beam.runners.worker import statesampler; "
-             "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed)")
+             "from apache_beam.runners.worker import bundle_processor as p; "
+             "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed, "
+             "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor)")
     env = {k: v for k, v in os.environ.items() if k != beam_overhead.LOCAL_RUN_ENV}
     root = Path(__file__).resolve().parents[1]
-    for marked, expected in ((False, "False False"), (True, "True True")):
+    for marked, expected in ((False, "False False False"), (True, "True True True")):
         out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
                              env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
         assert out[-2] == expected, out
@@ -184,3 +186,46 @@ def test_bundle_descriptors_hold_what_beam_s_hold_for_their_transforms():
         beam_overhead.apply(False)  # Beam's own functions back, this one too
     assert execution.BundleContextManager._build_process_bundle_descriptor is beam_overhead._DESCRIPTOR
     assert len(compared) > 5
+
+
+def test_bundle_processors_build_their_operations_in_the_calling_thread():
+    """Inside `local_run()` a bundle processor unpickles its DoFns in the thread that processes the
+    bundle (Beam starts a thread per bundle processor for it), and a failure there still fails the run
+    with its own error; outside it Beam's executor is back. (Worker processes: the next test.)"""
+    import concurrent.futures
+    import os
+    import threading
+
+    import pytest
+    from apache_beam.runners.worker import bundle_processor
+
+    class Unpickled(beam.DoFn):
+        threads: set = set()  # every thread of this process that unpickled one
+
+        def __setstate__(self, state):
+            self.__dict__.update(state)
+            type(self).threads.add(threading.get_ident())
+
+        def process(self, x):
+            yield type(self).threads == {threading.get_ident()}, os.getpid()
+
+    class Unpicklable(beam.DoFn):
+        def __setstate__(self, state):
+            raise ValueError("unpickling failed on purpose")
+
+        def process(self, x):
+            yield x
+
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                               "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+    with beam_overhead.local_run():
+        assert bundle_processor.concurrent.futures.ThreadPoolExecutor is beam_overhead.CallerThreadExecutor
+        with beam.Pipeline(options=options) as p:
+            runner_pid = os.getpid()
+            checked = (p | beam.Create(list(range(40)), reshuffle=False) | beam.ParDo(Unpickled())
+                       | beam.MapTuple(lambda same, pid: (same, pid == runner_pid)) | beam.Distinct())
+            assert_that(checked, equal_to([(True, True)]))
+        with pytest.raises(Exception, match="unpickling failed on purpose"):
+            with beam.Pipeline(options=options) as p:
+                _ = p | "Few" >> beam.Create([1, 2]) | beam.ParDo(Unpicklable())
+    assert bundle_processor.concurrent.futures.ThreadPoolExecutor is concurrent.futures.ThreadPoolExecutor

@@ -45,3 +45,18 @@ def test_records_name_no_path_of_the_machine_they_ran_on():
         {"warc": "../data/x.warc.gz", "n": [1, "ok"]}
     for path in record.RESULTS.glob("*.json"):
         assert str(record.ROOT.parent) not in path.read_text(), path.name
+
+
+def test_every_groupbykey_on_the_per_page_path_says_what_it_is_for():
+    """The measured run's GroupByKeys that shuffle at least a byte a page (benchmarks/crawl_projection.py,
+    its committed measurement) each have a reason in WHY: a shuffle at crawl scale is justified by the
+    rule or join that needs it, beside its measured bytes in docs/crawl.md."""
+    from benchmarks import crawl_projection
+
+    measured = json.loads((record.RESULTS / "crawl_measure.json").read_text())["runs"]
+    groups = crawl_projection.per_page_groups(measured)
+    assert len(groups) > 30 and [g["gbk"] for g in groups if not g["why"]] == []
+    rounds = next(g for g in groups if g["gbk"] == "near_dedup/Dedup/Components/LargeStarN/Neighbours")
+    assert rounds["count"] == 12  # the unrolled rounds count as one, with their number
+    assert crawl_projection.why("near_dedup/Dedup/Survivors/GroupKeys").startswith("near dedup")
+    assert crawl_projection.why("no/such/GroupByKey") == ""

@@ -224,10 +224,11 @@ def test_the_beam_graph_agrees_with_the_in_memory_rule():
     _run(1, docs)  # whose Templates check is the same set
 
 
-def test_curate_extract_removes_the_template_lines_a_run_removes(tmp_path):
-    """With template_lines on, `curate extract` reads its inputs twice (each host's template lines counted
-    over all of them, then removed) and gives every page the text the run's quality rules judged. Input:
-    sample/mixed-dev-slice.warc.gz, whose hosts share generated page templates."""
+def test_curate_extract_removes_the_template_lines_a_run_removes(tmp_path, monkeypatch):
+    """With template_lines on, `curate extract` extracts each page once and spools it while each host's
+    template lines are counted over all of them, then removes them, and gives every page the text the
+    run's quality rules judged. Input: sample/mixed-dev-slice.warc.gz, whose hosts share generated page
+    templates."""
     import collections
     from pathlib import Path
 
@@ -250,8 +251,14 @@ def test_curate_extract_removes_the_template_lines_a_run_removes(tmp_path):
               for r in pq.read_table(f, columns=["url", "text", "scores"]).to_pylist()]
     removed = sum(dict(r["scores"]).get("template_lines", 0) for r in judged)
     assert removed > 20  # the slice's hosts do share template lines
+    from pipelines.stages import ExtractText
+
+    extracted = collections.Counter()
+    step = ExtractText.step
+    monkeypatch.setattr(ExtractText, "step", lambda self, raw: extracted.update([raw["id"]]) or step(self, raw))
     lines = tmp_path / "pages.jsonl"
     assert cli_main(["extract", "--input", warc, "--output", str(lines), "--config", str(path)]) == 0
-    got = collections.Counter((p["url"], p["text"]) for p in map(json.loads, lines.read_text().splitlines())
-                              if p["text"] is not None)
+    pages = list(map(json.loads, lines.read_text().splitlines()))
+    got = collections.Counter((p["url"], p["text"]) for p in pages if p["text"] is not None)
     assert got == collections.Counter((r["url"], r["text"]) for r in judged)
+    assert extracted and set(extracted.values()) == {1}  # one extraction per page, not one per pass
