@@ -48,14 +48,14 @@ from urllib.parse import urlsplit
 
 MIN_PAGES, MIN_SHARE = 3, 0.1
 
-_SPACE = re.compile(r"\s+")
 _DIGIT = re.compile(r"\d")
 
 
 def normalise_line(line: str) -> str:
     """The form a line is counted in: stripped, whitespace runs as one space, casefolded, every
-    (Unicode) digit as 0; '' for a line with nothing in it."""
-    return _DIGIT.sub("0", _SPACE.sub(" ", line.strip()).casefold())
+    (Unicode) digit as 0; '' for a line with nothing in it. (str.split and the regex \\s agree on
+    what whitespace is: both ask Py_UNICODE_ISSPACE.)"""
+    return _DIGIT.sub("0", " ".join(line.split()).casefold())
 
 
 def line_hash(normalised: str) -> int:

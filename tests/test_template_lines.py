@@ -22,6 +22,22 @@ def test_normalise_line():
     assert normalise_line("Straße ٣") == "strasse 0"  # casefolded, Unicode digits too
 
 
+def test_normalise_line_collapses_what_the_regex_calls_whitespace():
+    """str.split's whitespace is the regex \\s's: every code point, between letters and runs of others,
+    normalises as the regex definition (strip, \\s+ as one space, casefold, \\d as 0) does."""
+    import re
+    import sys
+
+    def by_regex(line):
+        return re.sub(r"\d", "0", re.sub(r"\s+", " ", line.strip()).casefold())
+
+    points = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(points), 512):
+        chunk = points[i:i + 512]
+        for line in ("".join(chunk), "a".join(chunk), " x ".join(chunk[:64]) + " \u00a0\u2003 \t"):
+            assert normalise_line(line) == by_regex(line), i
+
+
 def test_line_hash_is_a_stable_64_bit_integer():
     h = line_hash("home")
     assert h == line_hash("home") and 0 <= h < 2 ** 64 and h != line_hash("about")
