@@ -1,13 +1,15 @@
-"""The compiled n-gram coverage against its Python implementation (its test oracle and fallback), on the
-words of real pages: ms per document for both, the speed-up, and whether every result was the same (the
-compiled PDF layout is measured by benchmarks/pdf.py, against a bare pypdfium2 loop).
+"""The quality rules' compiled paths against their Python implementations (their test oracles and
+fallbacks), on real pages: ms per document for both, the speed-up, and whether every result was the same
+(the compiled PDF layout is measured by benchmarks/pdf.py, against a bare pypdfium2 loop).
 
     python benchmarks/compiled.py [--warc ../shared/data/corpus/mixed-dev.warc.gz] [--repeat 3]
 
-Paths measured: the Gopher repetition rules' word n-gram coverage (filters/_ngrams.c vs
-filters/quality.py ngram_coverage_python), with the quality stage's default n (top 2-4, duplicate 5-10),
-on the tokenized main text of every HTML page of the WARC (as the extract stage gets it). Each timing is
-the best of --repeat passes over all documents, the two implementations alternating.
+Paths measured, on the main text of every HTML page of the WARC (as the extract stage gets it):
+- the word tokenizer (filters/_words.c `tokenize` vs filters/quality.py tokenize_python);
+- the Gopher quality rules' word statistics (`word_stats` vs word_stats_python; English stop words);
+- the Gopher repetition rules' word n-gram coverage (filters/_ngrams.c vs ngram_coverage_python), with the
+  quality stage's default n (top 2-4, duplicate 5-10).
+Each timing is the best of --repeat passes over all documents, the two implementations alternating.
 """
 
 from __future__ import annotations
@@ -26,27 +28,41 @@ from benchmarks.record import portable, record  # noqa: E402
 DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 
 
-def page_words(warc: Path) -> list[list[str]]:
-    """The tokenized main text of every HTML page of `warc`, as the quality rules see its words."""
+def page_texts(warc: Path) -> list[str]:
+    """The main text of every HTML page of `warc` that has a word, as the quality rules get it."""
     from extract.html import page_html
     from extract.images import read_pages_and_images
     from extract.sandbox import run_engine
-    from filters.quality import tokenize
+    from filters.quality import tokenize_python
 
     out = []
     for page in read_pages_and_images(warc)[0]:
         html, failure = page_html(page, 10_000_000)
         if not failure:
-            words = tokenize(run_engine(html, "resiliparse"))
-            if words:
-                out.append(words)
+            text = run_engine(html, "resiliparse")
+            if tokenize_python(text):
+                out.append(text)
     return out
 
 
 def timed_pass(fn, docs: list, args: tuple) -> tuple[float, list]:
     started = time.perf_counter()
-    results = [fn(words, *args) for words in docs]
+    results = [fn(doc, *args) for doc in docs]
     return time.perf_counter() - started, results
+
+
+def compare(compiled, python, docs: list, args: tuple, repeat: int) -> dict:
+    """Both implementations over `docs`, alternating: best ms per document each, the speed-up, the same?"""
+    seconds = {"compiled": [], "python": []}
+    same = True
+    for _ in range(repeat):
+        s_c, r_c = timed_pass(compiled, docs, args)
+        s_p, r_p = timed_pass(python, docs, args)
+        seconds["compiled"].append(s_c)
+        seconds["python"].append(s_p)
+        same = same and r_c == r_p
+    ms = {k: round(min(v) * 1000 / len(docs), 4) for k, v in seconds.items()}
+    return {"ms_per_doc": ms, "speedup": round(ms["python"] / ms["compiled"], 1), "identical": same}
 
 
 def main() -> None:
@@ -54,27 +70,26 @@ def main() -> None:
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    from filters import quality
     from filters._ngrams import ngram_coverage
-    from filters.quality import ngram_coverage_python
+    from filters._words import tokenize, word_stats
 
-    docs = page_words(args.warc)
-    ns = ((2, 3, 4), (5, 6, 7, 8, 9, 10))
-    seconds = {"compiled": [], "python": []}
-    same = True
-    for _ in range(args.repeat):
-        s_c, r_c = timed_pass(ngram_coverage, docs, ns)
-        s_p, r_p = timed_pass(ngram_coverage_python, docs, ns)
-        seconds["compiled"].append(s_c)
-        seconds["python"].append(s_p)
-        same = same and r_c == r_p
-    ms = {k: round(min(v) * 1000 / len(docs), 4) for k, v in seconds.items()}
-    result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)),
-              "ngram_coverage": {"ms_per_doc": ms, "speedup": round(ms["python"] / ms["compiled"], 1),
-                                 "identical": same}}
+    texts = page_texts(args.warc)
+    docs = [quality.tokenize_python(t) for t in texts]
+    stop = quality.QualityFilter(quality.QualityConfig())._stop_words["en"]
+    classes = quality.char_classes()
+    paths = {
+        "tokenize": compare(lambda text: tokenize(text, classes), quality.tokenize_python, texts, (), args.repeat),
+        "word_stats": compare(lambda words, s: word_stats(words, s, classes), quality.word_stats_python, docs,
+                              (stop,), args.repeat),
+        "ngram_coverage": compare(ngram_coverage, quality.ngram_coverage_python, docs,
+                                  ((2, 3, 4), (5, 6, 7, 8, 9, 10)), args.repeat),
+    }
+    result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)), **paths}
     print(json.dumps(result, indent=2))
-    record(__file__, {"n-gram coverage, ms per page, compiled vs Python": (
-        f"{ms['compiled']} vs {ms['python']} ({result['ngram_coverage']['speedup']}x, "
-        f"{'identical' if same else 'DIFFERENT'} on {len(docs):,} pages)")}, result)
+    record(__file__, {f"{name}, ms per page, compiled vs Python": (
+        f"{r['ms_per_doc']['compiled']} vs {r['ms_per_doc']['python']} ({r['speedup']}x, "
+        f"{'identical' if r['identical'] else 'DIFFERENT'} on {len(docs):,} pages)") for name, r in paths.items()}, result)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ Multilingual behaviour (documented per measure function below):
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -183,7 +184,9 @@ _SENT_END_RE = re.compile(
 )
 
 _LOREM_RE = re.compile(r"lorem\s+ipsum", re.IGNORECASE)
-_ELLIPSIS_RE = re.compile(r"\.{3,}|[…⋯]+")
+# The lookahead only admits the positions where a branch can start: the regex engine then skips to them
+# instead of trying both branches at every character (the same matches).
+_ELLIPSIS_RE = re.compile(r"(?=[.…⋯])(?:\.{3,}|[…⋯]+)")
 _ELLIPSIS_ENDS = ("...", "…", "⋯")
 # Bullet markers (datatrove: "•" and "-").  En/em dashes are deliberately not bullets:
 # they open dialogue lines in Russian, Spanish, French, ... fiction.
@@ -241,7 +244,7 @@ def normalize_lang(lang: str | None) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize_python(text: str) -> list[str]:
     """Word tokens of ``text``; the single tokenizer used by every rule.
 
     * Space-delimited scripts (Latin, Cyrillic, Greek, Hangul, Arabic, Devanagari, ...):
@@ -254,8 +257,9 @@ def tokenize(text: str) -> list[str]:
       Tibetan) come out as one token per space-delimited phrase; the word-length rule is
       skipped for them (``gopher_word_length_skip_langs``).
 
-    Compiled regexes only: text without Han/Kana is one ``findall``; otherwise Han/Kana
-    come out as runs that are split with ``list.extend`` (no per-character Python loop).
+    This is the oracle of the compiled filters/_words.c, which `tokenize` is where it was built:
+    text without Han/Kana is one ``findall``; otherwise Han/Kana come out as runs that are split
+    with ``list.extend`` (no per-character Python loop).
     """
     if _CJK_RE.search(text) is None:
         return _WORD_RE.findall(text)
@@ -267,6 +271,41 @@ def tokenize(text: str) -> list[str]:
         else:
             extend(run)
     return out
+
+
+@functools.cache
+def char_classes() -> bytes:
+    """One byte per BMP code point for filters/_words.c, from the classes the regexes above use:
+    1 a mark (``_MARKS``), 2 Han/Kana (``_CJK``), 4 a number that is not a letter (``_NUMBERS``)."""
+    table, bmp = bytearray(0x10000), "".join(map(chr, range(0x10000)))
+    for bit, pattern in ((1, f"[{_MARKS}]"), (2, f"[{_CJK}]"), (4, f"[{_NUMBERS}]")):
+        for m in re.finditer(pattern, bmp):
+            table[m.start()] |= bit
+    return bytes(table)
+
+
+def word_stats_python(words: list[str], stop: frozenset[str] | None) -> tuple[int, int, int]:
+    """(characters of the words, words without a letter, stop words): the oracle of
+    filters/_words.c, which `word_stats` is where it was built. A word without a letter does not
+    start with an alphabetic character and is decimal or made of numbers, marks and the separators
+    a word may hold (``_NON_ALPHA_WORD_RE``); a stop word's lower() is in `stop`."""
+    no_letter = sum(1 for w in words if not w[0].isalpha() and (w.isdecimal() or _NON_ALPHA_WORD_RE.fullmatch(w)))
+    n_stop = sum(1 for w in words if w.lower() in stop) if stop else 0
+    return sum(map(len, words)), no_letter, n_stop
+
+
+try:
+    from filters import _words  # built by `pip install` (setup.py) where a C compiler is
+
+    def tokenize(text: str) -> list[str]:
+        """Word tokens of ``text`` (see `tokenize_python`), the single tokenizer used by every rule."""
+        return _words.tokenize(text, char_classes())
+
+    def word_stats(words: list[str], stop: frozenset[str] | None) -> tuple[int, int, int]:
+        """See `word_stats_python`."""
+        return _words.word_stats(words, stop or None, char_classes())
+except ImportError:
+    tokenize, word_stats = tokenize_python, word_stats_python
 
 
 def _count_symbol_tokens(text: str) -> int:
@@ -997,16 +1036,12 @@ class QualityFilter:
         """
         text, words = doc.text, doc.words
         n_words = len(words)
-        word_chars = sum(map(len, words))
+        stop = self._stop_words.get(lang)
+        word_chars, n_non_alpha, n_stop = word_stats(words, stop)
         if self.config.gopher_hangul_length_in_jamo and _HANGUL_SYLLABLES_RE.search(text):
             word_chars += _hangul_extra_jamo(text)
-        # a word without any letter starts with a number (see tokenize)
-        n_non_alpha = 0
-        if _NUMBER_RE.search(text):
-            n_non_alpha = sum(
-                1 for w in words
-                if not w[0].isalpha() and (w.isdecimal() or _NON_ALPHA_WORD_RE.fullmatch(w))
-            )
+        if not _NUMBER_RE.search(text):  # a word without any letter starts with a number (see tokenize)
+            n_non_alpha = 0
         n_hash = text.count("#") + text.count("＃")
         n_ellipsis = (
             len(_ELLIPSIS_RE.findall(text))
@@ -1017,8 +1052,6 @@ class QualityFilter:
         n_bullet = sum(1 for ln in lines if ln[0] in _BULLETS)
         n_ell_lines = sum(1 for ln in lines if ln.endswith(_ELLIPSIS_ENDS))
         n_symbol_tokens = _count_symbol_tokens(text)
-        stop = self._stop_words.get(lang)
-        n_stop = sum(1 for w in words if w.lower() in stop) if stop else 0
         return {
             "gopher_word_count": float(n_words),
             "gopher_mean_word_length": _div(word_chars, n_words),

@@ -15,7 +15,8 @@ Targets
 - image         filters.image.decode_image: a DecodedImage or a reason string, never an exception.
 - text_rules    the quality stage on an extracted text: filters.clean.clean_for_rules (every line step,
                 the boilerplate model on) then filters.quality.QualityFilter: never raises, terminates,
-                removes whole lines only (every output line is an input line), finite values.
+                removes whole lines only (every output line is an input line), finite values; the compiled
+                tokenizer and word statistics give their Python oracles' results.
 - interleaved   extract.interleaved.linearise_bounded (2 s): a reason-coded SandboxError naming the step,
                 or a document in which every <img> of the page is an image node or a chrome image
                 exactly once, image nodes in DOM order, text nodes stripped and non-empty.
@@ -42,6 +43,7 @@ from extract.interleaved import linearise_bounded
 from extract.warc import RawRecord, ReadError, iter_records
 from filters.clean import clean_for_rules
 from filters.image import DecodedImage, decode_image
+from filters import quality
 from filters.quality import QualityConfig, QualityFilter
 from tests.fuzz import seeds
 
@@ -385,6 +387,11 @@ def text_rules(data: bytes) -> None:
     _check(not new, "line_not_in_input", repr(new[:1])[:200])
     failed, values = rules(cleaned, lang)
     _check(all(isinstance(r, str) and r for r in failed), "bad_reason", repr(failed))
+    words = quality.tokenize_python(cleaned)  # the compiled tokenizer and statistics against their oracles
+    _check(quality.tokenize(cleaned) == words, "tokenize_not_oracle", repr(cleaned[:200]))
+    stop = rules._stop_words.get(lang)
+    _check(quality.word_stats(words, stop) == quality.word_stats_python(words, stop), "word_stats_not_oracle",
+           repr(cleaned[:200]))
     bad = {k: v for k, v in values.items() if not (isinstance(v, float) and math.isfinite(v))}
     _check(not bad, "value_not_finite", repr(bad)[:200])
 

@@ -1,0 +1,168 @@
+/* The quality rules' word tokenizer and Gopher word statistics, compiled.
+
+   The oracles are filters/quality.py `tokenize_python` (its compiled regexes) and
+   `word_stats_python`; tests/test_words_compiled.py checks that both give the same results on random
+   and real texts. The character classes come from Python, built from the same definitions the regexes
+   use: `classes` is a bytes object with one byte per BMP code point (the bits below); astral code
+   points are never marks or Han/Kana there either (the regexes' classes are BMP only).
+
+   tokenize(text, classes) -> list of words, as `_WORD_OR_CJK_RUN_RE.findall` splits them:
+     WORD = STEM (['’-] STEM | (?<=\d)[.,:/](?=\d) STEM)*,  STEM = LETTER+ (MARK+ LETTER*)*,
+   LETTER = \w but not '_' nor Han/Kana; each Han/Kana character is a word of its own. LETTER and MARK
+   are disjoint and no separator is either, so the greedy scan below is the regex's only match: a
+   group's iteration is taken exactly when the character after its separator starts a STEM.
+
+   word_stats(words, stop, classes) -> (characters, words without a letter, stop words): the sum of
+   the words' lengths; the words whose first character is not alphabetic and that are decimal or made
+   of numbers (alphanumeric, not alphabetic), marks and the separators only; the words whose lower()
+   is in the set `stop` (None: 0). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+enum { MARK = 1, CJK = 2, NUMBER = 4 };
+
+static inline int cls(const unsigned char *classes, Py_UCS4 c) { return c < 0x10000 ? classes[c] : 0; }
+
+static inline int is_letter(const unsigned char *classes, Py_UCS4 c) {
+    return (Py_UNICODE_ISALNUM(c) && !(cls(classes, c) & CJK)) ? 1 : 0;
+}
+
+static inline int is_separator(Py_UCS4 c) { return c == '\'' || c == 0x2019 || c == '-'; }
+
+static inline int is_digit_joiner(Py_UCS4 c) { return c == '.' || c == ',' || c == ':' || c == '/'; }
+
+/* The end of the STEM starting at i (text[i] is a letter). */
+static Py_ssize_t stem_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i, const unsigned char *classes) {
+    while (i < n) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (!is_letter(classes, c) && !(cls(classes, c) & MARK)) break;
+        i++;
+    }
+    return i;
+}
+
+static int get_classes(PyObject *obj, const unsigned char **classes) {
+    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != 0x10000) {
+        PyErr_SetString(PyExc_TypeError, "classes must be bytes of length 65536");
+        return -1;
+    }
+    *classes = (const unsigned char *)PyBytes_AS_STRING(obj);
+    return 0;
+}
+
+static PyObject *tokenize(PyObject *self, PyObject *args) {
+    PyObject *text, *classes_obj;
+    const unsigned char *classes;
+    if (!PyArg_ParseTuple(args, "UO", &text, &classes_obj) || get_classes(classes_obj, &classes) < 0) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    while (i < n) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        Py_ssize_t end;
+        if (is_letter(classes, c)) {
+            end = stem_end(kind, data, n, i + 1, classes);
+            while (end + 1 < n) {
+                Py_UCS4 sep = PyUnicode_READ(kind, data, end), next = PyUnicode_READ(kind, data, end + 1);
+                if (is_separator(sep) && is_letter(classes, next)) {
+                    end = stem_end(kind, data, n, end + 1, classes);
+                } else if (is_digit_joiner(sep) && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, end - 1))
+                           && Py_UNICODE_ISDECIMAL(next)) {
+                    end = stem_end(kind, data, n, end + 1, classes);  /* a digit is a letter */
+                } else {
+                    break;
+                }
+            }
+        } else if (cls(classes, c) & CJK) {
+            end = i + 1;
+        } else {
+            i++;
+            continue;
+        }
+        PyObject *word = PyUnicode_Substring(text, i, end);
+        if (!word || PyList_Append(out, word) < 0) {
+            Py_XDECREF(word);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(word);
+        i = end;
+    }
+    return out;
+}
+
+/* Whether `word` counts as a word without a letter (see the header). */
+static int without_letter(PyObject *word, const unsigned char *classes) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(word);
+    if (n == 0) return 0;
+    int kind = PyUnicode_KIND(word);
+    const void *data = PyUnicode_DATA(word);
+    if (Py_UNICODE_ISALPHA(PyUnicode_READ(kind, data, 0))) return 0;
+    int decimal = 1, numeric = 1;
+    for (Py_ssize_t i = 0; i < n && (decimal || numeric); i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (!Py_UNICODE_ISDECIMAL(c)) decimal = 0;
+        if (!(cls(classes, c) & (NUMBER | MARK)) && !is_separator(c) && !is_digit_joiner(c)) numeric = 0;
+    }
+    return decimal || numeric;
+}
+
+/* Whether word.lower() is in `stop`: -1 on error. A word whose characters are all their own lower
+   case (no upper or title case, simple lower mapping to itself) needs no lower(). */
+static int is_stop_word(PyObject *word, PyObject *stop) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(word);
+    int kind = PyUnicode_KIND(word);
+    const void *data = PyUnicode_DATA(word);
+    int upper = 0;
+    for (Py_ssize_t i = 0; i < n && !upper; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        upper = c < 128 ? (c >= 'A' && c <= 'Z')
+                        : Py_UNICODE_TOLOWER(c) != c || Py_UNICODE_ISUPPER(c) || Py_UNICODE_ISTITLE(c);
+    }
+    if (!upper) return PySet_Contains(stop, word);
+    PyObject *lower = PyObject_CallMethod(word, "lower", NULL);
+    if (!lower) return -1;
+    int found = PySet_Contains(stop, lower);
+    Py_DECREF(lower);
+    return found;
+}
+
+static PyObject *word_stats(PyObject *self, PyObject *args) {
+    PyObject *words, *stop, *classes_obj;
+    const unsigned char *classes;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &words, &stop, &classes_obj)
+        || get_classes(classes_obj, &classes) < 0) return NULL;
+    if (stop != Py_None && !PyAnySet_Check(stop)) {
+        PyErr_SetString(PyExc_TypeError, "stop must be a set, a frozenset or None");
+        return NULL;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(words), chars = 0, no_letter = 0, stops = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        PyObject *word = PyList_GET_ITEM(words, k);
+        if (!PyUnicode_Check(word)) {
+            PyErr_SetString(PyExc_TypeError, "words must be str");
+            return NULL;
+        }
+        chars += PyUnicode_GET_LENGTH(word);
+        no_letter += without_letter(word, classes);
+        if (stop != Py_None) {
+            int found = is_stop_word(word, stop);
+            if (found < 0) return NULL;
+            stops += found;
+        }
+    }
+    return Py_BuildValue("nnn", chars, no_letter, stops);
+}
+
+static PyMethodDef methods[] = {
+    {"tokenize", tokenize, METH_VARARGS, "tokenize(text, classes) -> the quality rules' words of text"},
+    {"word_stats", word_stats, METH_VARARGS,
+     "word_stats(words, stop, classes) -> (characters, words without a letter, stop words)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_words", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__words(void) { return PyModule_Create(&module); }

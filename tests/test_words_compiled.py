@@ -1,0 +1,110 @@
+"""The compiled word tokenizer and Gopher word statistics (filters/_words.c) against their Python oracles
+(filters/quality.py tokenize_python, word_stats_python): the same words and counts on every code point, on
+random texts mixing scripts, marks, digits and separators, and on real pages' text in several languages.
+Also the ellipsis count's regex against its plain form."""
+
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from filters import quality
+from filters.quality import char_classes, tokenize_python, word_stats_python
+
+ROOT = Path(__file__).resolve().parents[1]
+STOP = quality.QualityFilter(quality.QualityConfig())._stop_words
+
+# Characters whose class or case matters to the rules: letters of several scripts, Han, Kana and astral Han,
+# combining marks (BMP and astral), ZWJ/ZWNJ, decimal digits (ASCII, Arabic-Indic, full-width, astral), other
+# numbers (², ½, Ⅻ, ①), the separators a word may hold, other punctuation and symbols, '_', every kind of
+# space, and characters whose lower case is special (İ, ẞ, ǅ, Σ, Ⓐ).
+POOL = ("aAbBzZéÉßẞİıǅǄΣσςΩЖжक ि ्" "ไทย" "한국" "字漢" "ひカ々〇ー" "\U00020000\U0002a6d6"
+        "\u0301\u0308\u093f\U0001d167\u200c\u200d" "0129٣۴१０９\U0001d7cf" "²½Ⅻ①" "'’-.,:/"
+        "!?;\"()[]#…⋯•|_~@&*+=<>€$" " \t\n\u00a0\u2003\u3000\u200b" "ⒶⓐＡａ𝐀" "\U0001f600")
+
+
+def compiled():
+    from filters import _words  # built by `pip install -e .` (setup.py); make setup builds it
+
+    return _words
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    if rng.random() < 0.2:  # any code point at all
+        return "".join(chr(rng.choice((rng.randrange(0xD800), rng.randrange(0xE000, 0x110000)))) for _ in range(n))
+    return "".join(rng.choice(POOL) for _ in range(n))
+
+
+def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
+    words = compiled()
+    assert quality.tokenize("don't 6,680.69 字字") == ["don't", "6,680.69", "字", "字"]
+    assert quality.tokenize.__doc__ and quality.word_stats.__doc__
+    assert quality.tokenize("x y") == words.tokenize("x y", char_classes())
+
+
+def test_every_code_point_between_letters_digits_and_alone():
+    tokenize = compiled().tokenize
+    points = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(points), 4096):
+        text = "".join(f"a{c}1{c}2.{c} {c}-b" for c in points[i:i + 4096])
+        assert tokenize(text, char_classes()) == tokenize_python(text), hex(ord(points[i]))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_texts_give_the_oracle_s_words_and_counts(seed):
+    rng = random.Random(seed)
+    for n in (0, 1, 2, 5, rng.randint(10, 80), rng.randint(500, 4000)):
+        text = random_text(rng, n)
+        words = tokenize_python(text)
+        assert compiled().tokenize(text, char_classes()) == words, (seed, n, text[:200])
+        stop = frozenset(w.lower() for w in rng.sample(words, min(len(words), 5))) | {"i̇", "ss", "σ", "the"}
+        for s in (stop, STOP["en"], frozenset(), None):
+            assert compiled().word_stats(words, s or None, char_classes()) == word_stats_python(words, s), (seed, n)
+        # the ellipsis count's regex, with its lookahead for speed, finds what the plain one finds
+        assert quality._ELLIPSIS_RE.findall(text) == re.findall(r"\.{3,}|[…⋯]+", text)
+
+
+def real_texts() -> list[str]:
+    """Every page's whole text (not only its main content) of the bundled multilingual Common Crawl excerpt
+    and the mixed-dev slice."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    from extract.html import decode_html
+    from extract.warc import iter_records
+
+    texts = []
+    for name in ("cc-main-2020-34-excerpt.warc.gz", "mixed-dev-slice.warc.gz"):
+        with open(ROOT / "sample" / name, "rb") as stream:
+            for record in iter_records(stream, 50_000_000):
+                payload = getattr(record, "payload", None) or b""
+                if b"<html" in payload[:4000].lower():
+                    texts.append(extract_plain_text(decode_html(payload).text, main_content=False))
+    return texts
+
+
+def test_real_pages_give_the_oracle_s_words_and_counts():
+    texts = real_texts()
+    assert len(texts) > 100 and any(quality._CJK_RE.search(t) for t in texts)
+    for text in texts:
+        words = tokenize_python(text)
+        assert compiled().tokenize(text, char_classes()) == words
+        for lang in ("en", "de", "ru", "zh"):
+            stop = STOP.get(lang)
+            assert compiled().word_stats(words, stop, char_classes()) == word_stats_python(words, stop)
+
+
+def test_bad_arguments_are_errors_not_crashes():
+    words = compiled()
+    with pytest.raises(TypeError):
+        words.tokenize("text", b"short")
+    with pytest.raises(TypeError):
+        words.tokenize(b"bytes", char_classes())
+    with pytest.raises(TypeError):
+        words.word_stats(["a", 1], None, char_classes())
+    with pytest.raises(TypeError):
+        words.word_stats(["a"], ["a"], char_classes())
+    with pytest.raises(TypeError):
+        words.word_stats(("a",), None, char_classes())
+    assert words.word_stats([], None, char_classes()) == (0, 0, 0)
