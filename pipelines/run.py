@@ -130,8 +130,30 @@ def _write_stats(root: str, names: list[str]):
 
 
 def _count_elements(pcoll, label: str, key: str):
-    return (pcoll | f"{label}Count" >> beam.combiners.Count.Globally()
-            | f"{label}Key" >> beam.Map(lambda n, k: (k, n), key))
+    """(key, 1) per element: counted by the group's one combine of its counters, not a GroupByKey of its own."""
+    return pcoll | f"{label}Count" >> beam.Map(lambda _, k: (k, 1), key)
+
+
+class SumCounters(beam.CombineFn):
+    """((stage, key), n) pairs -> their sums per (stage, key), sorted: a group's stats in one combine."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, sums, counter):
+        key, n = counter
+        sums[key] = sums.get(key, 0) + n
+        return sums
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for sums in accumulators:
+            for key, n in sums.items():
+                merged[key] = merged.get(key, 0) + n
+        return merged
+
+    def extract_output(self, sums):
+        return sorted(sums.items())
 
 
 def holds_identity(stats: dict) -> bool:
@@ -198,7 +220,7 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
     if docs is not None:
         writes.append(io.write_parquet(docs, io.join(root, last.documents), last.schema, f"{last.name}/WriteDocs"))
     stats = (counters | f"{last.name}/GroupCounters" >> beam.Flatten()
-             | f"{last.name}/Sum" >> beam.CombinePerKey(sum) | f"{last.name}/Collect" >> beam.combiners.ToList()
+             | f"{last.name}/Sum" >> beam.CombineGlobally(SumCounters())
              | f"{last.name}/WriteStats" >> beam.Map(_write_stats(root, names)))
     (p | f"{last.name}/Done" >> beam.Create([None])
      | f"{last.name}/Mark" >> beam.ParDo(_MarkGroup(root, names, markers, started), beam.pvalue.AsSingleton(stats),
