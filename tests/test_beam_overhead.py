@@ -144,10 +144,10 @@ def test_a_worker_gets_the_fixes_only_from_a_local_run():
              "from apache_beam.transforms import userstate; from apache_beam.runners.worker import statesampler; "
              "from apache_beam.runners.worker import bundle_processor as p; "
              "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed, "
-             "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor)")
+             "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor, p.pickler is b.UncompressedPickler)")
     env = {k: v for k, v in os.environ.items() if k != beam_overhead.LOCAL_RUN_ENV}
     root = Path(__file__).resolve().parents[1]
-    for marked, expected in ((False, "False False False"), (True, "True True True")):
+    for marked, expected in ((False, "False False False False"), (True, "True True True True")):
         out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
                              env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
         assert out[-2] == expected, out
@@ -229,3 +229,36 @@ def test_bundle_processors_build_their_operations_in_the_calling_thread():
             with beam.Pipeline(options=options) as p:
                 _ = p | "Few" >> beam.Create([1, 2]) | beam.ParDo(Unpicklable())
     assert bundle_processor.concurrent.futures.ThreadPoolExecutor is concurrent.futures.ThreadPoolExecutor
+
+
+def test_operations_pickled_again_are_not_compressed_and_everything_else_reads_as_beam_s():
+    """UncompressedPickler: what it pickles is a plain pickle (no bz2, no base64) that it reads back;
+    what Beam's pickler wrote (the pipeline's payloads) it reads as Beam does. Inside `local_run()` the
+    bundle processor and the operations read and write through it; a run with a side input, a combine
+    and a GroupByKey over 2 worker processes gives Beam's results; outside it Beam's pickler is back."""
+    import os
+
+    from apache_beam.internal import pickler
+    from apache_beam.runners.worker import bundle_processor, operations
+
+    fn = (lambda x, k=3: x * k, (), {}, [], None)
+    plain = beam_overhead.UncompressedPickler.dumps(fn)
+    assert plain[:1] == b"\x80" and beam_overhead.UncompressedPickler.loads(plain)[0](2) == 6
+    assert beam_overhead.UncompressedPickler.loads(pickler.dumps(fn))[0](2) == 6
+    assert beam_overhead.UncompressedPickler.loads(pickler.dumps(fn).decode("ascii"))[0](2) == 6
+
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                               "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+    with beam_overhead.local_run():
+        assert bundle_processor.pickler is operations.pickler is beam_overhead.UncompressedPickler
+        with beam.Pipeline(options=options) as p:
+            items = p | beam.Create([(k % 7, k) for k in range(3000)], reshuffle=False)
+            scale = p | "Scale" >> beam.Create([10])
+            sums = (items | "Spread items" >> beam.Reshuffle()
+                    | beam.Map(lambda kv, s: (kv[0], kv[1] * s), beam.pvalue.AsSingleton(scale))
+                    | beam.CombinePerKey(sum))
+            assert_that(sums, equal_to([(r, 10 * sum(k for k in range(3000) if k % 7 == r)) for r in range(7)]))
+            grouped = items | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+            assert_that(grouped, equal_to([(r, len(range(r, 3000, 7))) for r in range(7)]), label="Grouped")
+    assert bundle_processor.pickler is operations.pickler is pickler
+    assert beam_overhead.LOCAL_RUN_ENV not in os.environ
