@@ -21,7 +21,7 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
   counters on a local run (unless it measures its stages' cost: `local_run(timed=True)`).
 - Every stage's bundle descriptor is built with a copy of every PCollection of the pipeline.
 - A bundle processor unpickles each DoFn and CombineFn and pickles it again for its operation (with
-  the input's windowing), bz2-compressed at level 9 (about 0.2 ms however small), and the operation
+  the input's windowing), bz2-compressed at level 9 (a fixed cost per call, however small), and the operation
   unpickles it once more.
 - Every bundle processor builds its operations (unpickling each DoFn) in a new thread, so that
   an unpickling that hangs can end the SDK harness for the runner to restart: a thread started and
