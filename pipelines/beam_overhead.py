@@ -63,7 +63,8 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
 - A bundle processor builds its operations in the calling thread: a local run has no harness to
   restart, and a hang there hangs the run either way.
 - What a bundle processor pickles for its own operations is not compressed (`UncompressedPickler`):
-  nothing outside the process reads it.
+  nothing outside the process reads it; nor, in a run without worker processes, is anything the
+  pipeline pickles.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
@@ -93,6 +94,7 @@ _PARALLEL_PROCESS_BUNDLE = fn_runner.ParallelBundleManager.process_bundle
 _CONTROL_CLOSE = worker_handlers.ControlConnection.close
 _DESCRIPTOR = execution.BundleContextManager._build_process_bundle_descriptor
 _SAMPLER_START, _SAMPLER_STOP = statesampler.StateSampler.start, statesampler.StateSampler.stop
+_PICKLER_DUMPS, _PICKLER_LOADS = pickler.dumps, pickler.loads
 LOCAL_RUN_ENV = "CURATE_LOCAL_RUN"
 IN_PROCESS = "curate-in-process"  # the key of the runner process's own worker among a run's workers
 _signatures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -318,14 +320,14 @@ class UncompressedPickler:
     @staticmethod
     def dumps(o, enable_trace=True, use_zlib=False, **kwargs) -> bytes:
         if pickler.desired_pickle_lib is not cloudpickle_pickler:
-            return pickler.dumps(o, enable_trace, use_zlib, **kwargs)
+            return _PICKLER_DUMPS(o, enable_trace, use_zlib, **kwargs)
         return cloudpickle_pickler._dumps(o)  # a pickle's first byte is 0x80, never one of base64's
 
     @staticmethod
     def loads(encoded, enable_trace=True, use_zlib=False):
         if isinstance(encoded, bytes) and encoded[:1] == b"\x80":
             return cloudpickle_pickler._loads(encoded)
-        return pickler.loads(encoded, enable_trace, use_zlib)
+        return _PICKLER_LOADS(encoded, enable_trace, use_zlib)
 
 
 # `concurrent` as bundle_processor sees it: its ThreadPoolExecutor is CallerThreadExecutor
@@ -351,18 +353,24 @@ def _untimed_sampler(on: bool) -> None:
 
 
 @contextlib.contextmanager
-def local_run(timed: bool = False):
+def local_run(timed: bool = False, in_process: bool = False):
     """A local run's pipeline (FnApiRunner, where these were measured): the fixes installed in this
     process for its duration, and in the worker processes it starts (they inherit LOCAL_RUN_ENV and
     install them when they import pipelines.stage), with untimed state samplers unless `timed` (the
-    run measures its stages' cost). Remote workers (Dataflow, Flink, Spark, Prism) and other runners'
-    drivers run Beam as released."""
+    run measures its stages' cost). `in_process`: the run starts no worker process (one worker), so
+    nothing outside this process reads the pipeline's pickled functions either, and those are not
+    compressed (Beam's `pickler` as UncompressedPickler; a worker process would read the first before
+    any fix is installed). Remote workers (Dataflow, Flink, Spark, Prism) and other runners' drivers
+    run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
     os.environ[LOCAL_RUN_ENV] = "timed" if timed else "1"
     apply()
+    if in_process:
+        pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
     try:
         yield
     finally:
+        pickler.dumps, pickler.loads = _PICKLER_DUMPS, _PICKLER_LOADS
         apply(False)
         if before is None:
             os.environ.pop(LOCAL_RUN_ENV, None)

@@ -24,7 +24,7 @@ import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, TestOptions
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
@@ -465,7 +465,9 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             watch = Progress(cfg["progress_dir"], sum(f["size"] for f in files), len(files),
                              {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
                              console=os.dup(2), tty=os.isatty(2))
-        local = beam_overhead.local_run(cfg["stage_cost"]) if runner in LOCAL_RUNNERS else contextlib.nullcontext()
+        in_process = options.view_as(DirectOptions).direct_running_mode != "multi_processing"  # no worker processes
+        local = (beam_overhead.local_run(cfg["stage_cost"], in_process) if runner in LOCAL_RUNNERS
+                 else contextlib.nullcontext())
         with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on

@@ -262,3 +262,28 @@ def test_operations_pickled_again_are_not_compressed_and_everything_else_reads_a
             assert_that(grouped, equal_to([(r, len(range(r, 3000, 7))) for r in range(7)]), label="Grouped")
     assert bundle_processor.pickler is operations.pickler is pickler
     assert beam_overhead.LOCAL_RUN_ENV not in os.environ
+
+
+def test_a_run_without_worker_processes_pickles_its_functions_uncompressed():
+    """`local_run(in_process=True)` (a run with no worker process): Beam's pickler writes plain pickles for
+    the whole pipeline (its DoFns' payloads in the pipeline proto) and reads both forms; a run with a side
+    input, a combine and a GroupByKey gives Beam's results; afterwards Beam's pickler is back."""
+    from apache_beam.internal import pickler
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    options = PipelineOptions(["--runner=FnApiRunner", "--no_pipeline_type_check"])
+    with beam_overhead.local_run(in_process=True):
+        assert pickler.dumps((1, 2))[:1] == b"\x80"
+        with beam.Pipeline(options=options) as p:
+            items = p | beam.Create([(k % 5, k) for k in range(200)])
+            scale = p | "Scale" >> beam.Create([3])
+            sums = (items | beam.Map(lambda kv, s: (kv[0], kv[1] * s), beam.pvalue.AsSingleton(scale))
+                    | beam.CombinePerKey(sum))
+            assert_that(sums, equal_to([(r, 3 * sum(k for k in range(200) if k % 5 == r)) for r in range(5)]))
+            grouped = items | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+            assert_that(grouped, equal_to([(r, 40) for r in range(5)]), label="Grouped")
+            payloads = [t.spec.payload for t in p.to_runner_api().components.transforms.values()
+                        if t.spec.urn == "beam:transform:pardo:v1"]
+        assert payloads and all(beam_runner_api_pb2.ParDoPayload.FromString(x).do_fn.payload[:1] == b"\x80"
+                                for x in payloads)
+    assert pickler.dumps is beam_overhead._PICKLER_DUMPS and pickler.dumps((1, 2))[:1] != b"\x80"
