@@ -88,7 +88,7 @@ def engines() -> dict:
     from filters.boilerplate import load_model, remove_context_boilerplate
 
     from pipelines.config import load_config
-    from pipelines.extract_pages import TextBranchSteps
+    from pipelines.extract_pages import TextBranchSteps, html_raw_page
 
     held_out = {h: load_model(None, f"fit_half_{1 - h}") for h in (0, 1)}
     shipped = load_model()
@@ -96,9 +96,7 @@ def engines() -> dict:
 
     def curate_extract(page):
         payload = page.utf8 if page.utf8 is not None else page.text.encode("utf-8", "surrogatepass")
-        return text_branch({"id": "", "url": "", "warc_file": "", "warc_offset": 0, "warc_date": "",
-                            "source": "html", "content_type": "text/html", "http_charset": "",
-                            "payload": payload})[0] or ""
+        return text_branch(html_raw_page(payload))[0] or ""
 
     def ours(page, engine="resiliparse"):
         return extract_main_text(page.text, engine, utf8=page.utf8).strip()

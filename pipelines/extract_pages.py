@@ -83,6 +83,12 @@ class TextBranchSteps:
 PageStep = Callable[[dict], tuple[object, str | None]]  # a raw page -> (text, None) or (None, reason)
 
 
+def html_raw_page(payload: bytes, path: str = "") -> dict:
+    """An HTML file's bytes as a raw page (io.RAW_SCHEMA) of the read stage, its path as id and file."""
+    return {"id": path, "url": "", "warc_file": path, "warc_offset": 0, "warc_date": "", "source": "html",
+            "content_type": "text/html", "http_charset": "", "payload": payload}
+
+
 def html_file_page(path: str, steps: PageStep) -> dict:
     with open(path, "rb") as fh:
         payload = fh.read()
@@ -91,9 +97,7 @@ def html_file_page(path: str, steps: PageStep) -> dict:
             payload = gzip.decompress(payload)
         except (OSError, EOFError):
             return {"path": path, "text": None, "reason": "not_gzip_data"}
-    raw = {"id": path, "url": "", "warc_file": path, "warc_offset": 0, "warc_date": "", "source": "html",
-           "content_type": "text/html", "http_charset": "", "payload": payload}
-    text, reason = steps(raw)
+    text, reason = steps(html_raw_page(payload, path))
     return {"path": path, "text": text, "reason": reason}
 
 
