@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.test_trainer_shards import build_shards, documents
-from trainer.data import (IGNORE, VocabMap, find_phases, is_held_out, rows_to_batch, split_segments, training_counts,
+from trainer.data import (IGNORE, VocabMap, find_phases, is_held_out, rows_to_batch, split_segments, token_counts,
                           token_byte_lengths)
 from trainer.loop import batch_losses
 from trainer.model import (ModelConfig, Transformer, block_causal_mask, positions_from_segments,
@@ -175,12 +175,19 @@ def test_byte_table_of_the_deepseek_tokenizer():
 
 
 def test_compact_vocab_is_a_distribution_over_the_full_vocabulary(shards):
+    from trainer.data import unigram_log_probs
+
     shards_dir, doc_tok, _ = shards
     phases = list(find_phases(shards_dir).values())
     V = doc_tok.info.vocab_size
-    vocab = VocabMap.compact(training_counts(phases, 20, V), min_count=2,
-                             always=(doc_tok.info.bos_id, doc_tok.info.eos_id))
+    counts, held = token_counts(phases, 20, V)
+    assert held.sum() > 0 and counts.sum() > 10 * held.sum()
+    vocab = VocabMap.compact(counts, min_count=2, always=(doc_tok.info.bos_id, doc_tok.info.eos_id), cover=held)
     assert 0 < len(vocab.keep) < V and vocab.size == len(vocab.keep) + 1
+    kept = set(vocab.keep)
+    assert all(int(i) in kept for i in np.nonzero(held)[0])  # every held-out target has its own class
+    assert kept == set(np.nonzero(counts >= 2)[0].tolist()) | set(np.nonzero(held)[0].tolist()) | {
+        doc_tok.info.bos_id, doc_tok.info.eos_id}
     model = tiny_model(vocab.size)
     row = [np.array([0, 5, 6, 7, 8])]
     batch = rows_to_batch([row])
@@ -190,9 +197,18 @@ def test_compact_vocab_is_a_distribution_over_the_full_vocabulary(shards):
     batch = {k: (v.expand(V, -1) if k != "labels" else v) for k, v in batch.items()}
     ce, _ = batch_losses(model, batch, vocab, torch.device("cpu"), "dense")
     assert torch.exp(-ce.double()).sum().item() == pytest.approx(1.0, abs=1e-5)
-    unkept = [i for i in range(V) if i not in set(vocab.keep)]
+    unkept = [i for i in range(V) if i not in kept]
     assert vocab.encode(torch.tensor(unkept)).eq(vocab.unk).all()
     assert math.isclose(vocab.unk_log_count, math.log(len(unkept)))
+    # the baseline knows the same classes: add-one over them, also a distribution over the full vocabulary
+    log_p = unigram_log_probs(counts, vocab)
+    assert np.exp(log_p).sum() == pytest.approx(1.0, abs=1e-9)
+    N, C = counts.sum(), vocab.size
+    t = vocab.keep[3]
+    assert log_p[t] == pytest.approx(math.log((counts[t] + 1) / (N + C)))
+    rare = counts[unkept].sum()
+    assert log_p[unkept[0]] == pytest.approx(math.log((rare + 1) / (N + C)) - math.log(len(unkept)))
+    assert np.exp(unigram_log_probs(counts)).sum() == pytest.approx(1.0, abs=1e-9)  # "full": every id a class
 
 
 def test_phase_stream_cursor_resumes_at_the_same_sequence_across_epochs(shards):

@@ -42,10 +42,11 @@ def test_short_run_lowers_the_loss_and_reports_finite_bpb(shards):
     assert held["tokens"] > 0 and held["bytes"] > 0 and 0 < held["bpb"] < 20 and math.isfinite(held["loss"])
     assert held["bpb"] == pytest.approx(held["loss"] * held["targets"] / (math.log(2) * held["bytes"]))
     # the figure comes with baselines on the same targets: uniform over the tokenizer's vocabulary
-    # (ln V), the add-one training unigram (below uniform: it learnt the frequencies), and the loss on
-    # the targets inside the compact vocabulary (all of them in this fixture)
+    # (ln V), the add-one training unigram over the model's classes (below uniform: it learnt the
+    # frequencies), and the loss on the targets inside the compact vocabulary (all held-out ids are kept)
     assert held["uniform_loss"] == pytest.approx(math.log(out["vocab"]["tokenizer_vocab"]))
     assert held["unigram_loss"] < held["uniform_loss"]
+    assert held["loss"] < held["unigram_loss"]  # it learnt more than the frequencies
     assert held["unk_targets"] == 0 and held["in_vocab_loss"] == pytest.approx(held["loss"])
     in_vocab = held["targets"] - held["unk_targets"]
     assert held["in_vocab_nats"] / in_vocab == pytest.approx(held["in_vocab_loss"])

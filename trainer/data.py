@@ -24,18 +24,20 @@
   token predicts the text after the image. Held-out loss and BPB are therefore over text targets
   only.
 * `VocabMap`: "full" uses the tokenizer's ids as they are. "compact" (the CPU default) keeps the
-  token ids occurring ≥ min_count times in the training documents (plus BOS, EOS and the image
-  placeholder: never a target, so it costs no UNK mass, and its own input row where a text-only
-  model reads it as a token) and maps all
-  others to one UNK class whose probability is spread uniformly over the V − K ids it stands for;
-  the model is then still a distribution over the whole vocabulary: log p(t) = log p_model(UNK) −
-  ln(V − K) for an unkept t, and every loss and BPB figure is in those full-vocabulary nats. With
-  the DeepSeek-V3 vocabulary (129,280 ids) an untied 129K-row head costs ≈7 s per 2,048-token
-  sequence on a 2-core CPU; the sample's training documents use ≈11K ids ≥ 2 times. A held-out
-  target outside the kept ids costs at least ln(V − K) ≈ 11.7 nats, so on a small training set the
-  figure can sit above uniform (ln V); the evaluation therefore also reports, on the same targets,
-  the uniform and the training-unigram losses (`unigram_log_probs`) and the loss on the targets
-  inside the kept ids, so that the number can be read.
+  token ids the evaluation can ask for and the frequent training ids: every id of the held-out
+  documents, the ids occurring ≥ min_count times in the training documents, and BOS, EOS and the
+  image placeholder (never a target, so it costs no UNK mass, and its own input row where a
+  text-only model reads it as a token). All others map to one UNK class whose probability is spread
+  uniformly over the V − K ids it stands for; the model is then still a distribution over the whole
+  vocabulary: log p(t) = log p_model(UNK) − ln(V − K) for an unkept t, and every loss and BPB figure
+  is in those full-vocabulary nats. Keeping the held-out ids gives them what "full" gives every id, a
+  row of their own that training only pushes down (what they are is known, how often they occur is
+  not); the UNK class learns the mass of rare training ids. With the DeepSeek-V3 vocabulary (129,280
+  ids) an untied 129K-row head costs ≈7 s per 2,048-token sequence on a 2-core CPU; the sample needs
+  ≈25K rows. The evaluation reports, on the same targets, the uniform loss ln V and the
+  training-unigram loss (`unigram_log_probs`: add-one counts over the model's own classes, so the
+  baseline knows the same vocabulary the model does), and the loss on the targets the vocabulary
+  keeps, so that the number can be read.
 * `token_byte_lengths`: UTF-8 bytes each token id stands for, for bits-per-byte. Byte-level BPE
   (tokenizer.json with a ByteLevel decoder, as DeepSeek-V3): each vocabulary entry maps character
   by character back through the GPT-2 byte alphabet, so the count is exact and Σ bytes over a
@@ -287,9 +289,13 @@ class VocabMap:
         return "full" if self.keep is None else "compact"
 
     @classmethod
-    def compact(cls, counts: np.ndarray, min_count: int = 2, always: tuple[int | None, ...] = ()) -> "VocabMap":
-        """The ids seen at least `min_count` times in `counts` (training_counts) and `always`."""
+    def compact(cls, counts: np.ndarray, min_count: int = 2, always: tuple[int | None, ...] = (),
+                cover: np.ndarray | None = None) -> "VocabMap":
+        """The ids seen at least `min_count` times in `counts` (training counts), the ids `cover` counts
+        at all (the held-out documents') and `always`."""
         keep = set(np.nonzero(counts >= min_count)[0].tolist())
+        if cover is not None:
+            keep.update(np.nonzero(cover)[0].tolist())
         keep.update(a for a in always if a is not None)
         return cls(len(counts), sorted(keep))
 
@@ -301,20 +307,27 @@ class VocabMap:
         return torch.where(ids >= 0, table[ids.clamp_min(0)], ids)
 
 
-def training_counts(phases: list[PhaseShards], holdout_every: int, vocab_size: int) -> np.ndarray:
-    """How often each token id occurs in the training (not held-out) segments of the phases."""
-    counts = np.zeros(vocab_size, dtype=np.int64)
+def token_counts(phases: list[PhaseShards], holdout_every: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """How often each token id occurs in the (training, held-out) segments of the phases."""
+    counts = np.zeros((2, vocab_size), dtype=np.int64)
     for phase in phases:
         for item in open_shards(phase.directory):
-            for seg in split_segments(item, holdout_every)[0]:
-                counts += np.bincount(seg, minlength=vocab_size)[:vocab_size]
-    return counts
+            for part, segments in zip(counts, split_segments(item, holdout_every)):
+                for seg in segments:
+                    part += np.bincount(seg, minlength=vocab_size)[:vocab_size]
+    return counts[0], counts[1]
 
 
-def unigram_log_probs(counts: np.ndarray) -> np.ndarray:
-    """Add-one smoothed unigram over the whole vocabulary, log p(t) = log((c_t + 1) / (N + V)): the
-    held-out loss a model that learnt only token frequencies would reach (a baseline for the figure)."""
-    return np.log(counts + 1.0) - math.log(float(counts.sum()) + len(counts))
+def unigram_log_probs(counts: np.ndarray, vocab: "VocabMap | None" = None) -> np.ndarray:
+    """Add-one smoothed unigram over the model's classes (`vocab`; every id when None): log p(t) =
+    log((c + 1) / (N + C)) for t's class with c its training count, C the number of classes, less
+    ln(V − K) for an id the UNK class stands for. The held-out loss a model with the same vocabulary
+    that learnt only token frequencies would reach: the baseline for the figure."""
+    if vocab is None or vocab.keep is None:
+        return np.log(counts + 1.0) - math.log(float(counts.sum()) + len(counts))
+    classes = np.bincount(vocab.table.numpy(), weights=counts, minlength=vocab.size)
+    log_p = np.log(classes + 1.0) - math.log(float(counts.sum()) + vocab.size)
+    return log_p[vocab.table.numpy()] - np.where(vocab.table.numpy() == vocab.unk, vocab.unk_log_count, 0.0)
 
 
 def resolve_tokenizer(tokenizer: dict, override: str | None = None) -> tuple[str | None, str]:

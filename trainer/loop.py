@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from trainer.data import (IGNORE, PhaseStream, VocabMap, eval_rows, find_phases, image_digests, make_batch,
-                          resolve_tokenizer, rows_to_batch, token_byte_lengths, training_counts, unigram_log_probs,
+                          resolve_tokenizer, rows_to_batch, token_byte_lengths, token_counts, unigram_log_probs,
                           with_pixels)
 from trainer.model import ModelConfig, Transformer
 from trainer.optim import AdamWTier, TieredOptimizer, build_optimizer
@@ -85,7 +85,7 @@ class TrainConfig(BaseModel):
     d_ff: int | None = Field(None, gt=0, description="null: 8/3 d_model rounded up to a multiple of 64")
     seed: int = 0
     vocab: Literal["full", "compact", "auto"] = Field("auto", description="auto: compact on CPU, full on CUDA")
-    vocab_min_count: int = Field(2, ge=1, description="compact: keep ids seen this often in the training documents")
+    vocab_min_count: int = Field(2, ge=1, description="compact: keep training ids seen this often (and every held-out id)")
     attention: Literal["auto", "dense", "segments"] = Field("auto", description="trainer.model")
     holdout_every: int = Field(20, ge=0, description="hold out 1 document in N (by a hash of its id); 0: none")
     eval_tokens: int = Field(65536, gt=0, description="at most this many held-out tokens in the evaluation set")
@@ -332,11 +332,7 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     image_id = next((p.image_token_id for p in used if p.images and p.image_token_id is not None), None)
 
     # ---- vocabulary, baselines and bytes table
-    counts = training_counts(used, cfg.holdout_every, full_vocab)
-    text_counts = counts.copy()
-    if image_id is not None:
-        text_counts[image_id] = 0  # the baseline is over text targets, as the loss (placeholders never are)
-    unigram = torch.from_numpy(unigram_log_probs(text_counts))
+    counts, held_counts = token_counts(used, cfg.holdout_every, full_vocab)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     if checkpoint is not None:
@@ -344,12 +340,16 @@ def train(shards_dir: str, steps: int, device: str = "cpu", config: TrainConfig 
     else:
         mode = cfg.vocab if cfg.vocab != "auto" else ("compact" if dev.type == "cpu" else "full")
         if mode == "compact":
-            vocab = VocabMap.compact(counts, cfg.vocab_min_count,
+            vocab = VocabMap.compact(counts, cfg.vocab_min_count, cover=held_counts,
                                      always=(tok_info.get("bos_id"), tok_info.get("eos_id"), image_id))
         elif mode == "full":
             vocab = VocabMap(full_vocab)
         else:
             raise ValueError(f"vocab must be auto, full or compact, got {cfg.vocab!r}")
+    text_counts = counts.copy()
+    if image_id is not None:
+        text_counts[image_id] = 0  # the baseline is over text targets, as the loss (placeholders never are)
+    unigram = torch.from_numpy(unigram_log_probs(text_counts, vocab))
     tokenizer_path, tokenizer_note = resolve_tokenizer(tok_info, cfg.tokenizer)
     byte_lengths, bytes_method = None, tokenizer_note
     if tokenizer_path is not None:
