@@ -173,7 +173,7 @@ def main():
         result[f"read_extract_{workers}w"] = branch
     if not args.skip_full:
         full = pipeline(args.warc, args.repeat, args.workers,
-                        ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"])
+                        ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "crosslingual", "write"])
         result[f"full_text_branch_{args.workers}w"] = {**full, "docs_per_s": round(full["docs_extracted"] / full["wall_s"], 1)}
     print(json.dumps(result, indent=1))
     headline = {"bare loop, pages/s": result["bare"]["docs_per_s"]}

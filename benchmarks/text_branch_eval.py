@@ -16,7 +16,7 @@ run's dropped/ folder). Pages are joined on WARC-Record-ID (our doc id is its xx
 
 The text branch alone (what docs/benchmarks.md's text-branch figures use), e.g. with the boilerplate model on and off:
 
-    printf 'stages: [read, extract, language, quality, synthetic, exact_dedup, near_dedup, write]\\n' > /tmp/text.yaml
+    printf 'stages: [read, extract, language, quality, synthetic, exact_dedup, near_dedup, crosslingual, write]\\n' > /tmp/text.yaml
     curate run --input ../shared/data/corpus/mixed-dev.warc.gz --output /tmp/off --config /tmp/text.yaml
     printf 'quality: {boilerplate_model: true}\\n' >> /tmp/text.yaml
     curate run --input ../shared/data/corpus/mixed-dev.warc.gz --output /tmp/on --config /tmp/text.yaml

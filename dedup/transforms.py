@@ -1,4 +1,5 @@
-"""Exact-dedup Beam transform. Grouping is by shuffle only; no index lives in one process."""
+"""Exact-dedup and cross-lingual recurrence Beam transforms. Grouping is by shuffle only; no index lives in
+one process."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
+from dedup.crosslingual import CrossLingualConfig, anchor_pairs, is_match
 from dedup.exact import text_hash
 from dedup.near import PARTITION, SURVIVOR_RULES, ChooseSurvivors
 
@@ -30,3 +32,88 @@ class ExactDedup(beam.PTransform):
         chosen = (docs | "HashText" >> beam.Map(lambda d: ((d.get(PARTITION) or "") + text_hash(d["text"]), d))
                   | "Survivors" >> ChooseSurvivors(self.rank, "exact/"))
         return ExactDedupResult(chosen.kept, chosen.duplicates, chosen.counters)
+
+
+# ------------------------------------------------------------------------------------ cross-lingual
+_DOC, _LANG = 0, 1
+CROSS_PREFIX = "crosslingual/"
+
+
+@beam.typehints.with_output_types(beam.typehints.Tuple[beam.typehints.Any, beam.typehints.Any])
+class _AnchorPairs(beam.DoFn):
+    """doc -> (id, (_DOC, doc)), and ("pairs") (anchor pair, (id, lang, the document's anchor pairs))."""
+
+    def process(self, doc):
+        lang = doc.get("lang") or ""
+        found = anchor_pairs(doc["text"], lang)
+        yield doc["id"], (_DOC, doc)
+        for h in found:
+            yield beam.pvalue.TaggedOutput("pairs", (h, (doc["id"], lang, len(found))))
+
+
+@beam.typehints.with_output_types(beam.typehints.Tuple[beam.typehints.Any, int])
+class _SharedPairs(beam.DoFn):
+    """(anchor pair, members) -> ((a, size_a, b, size_b, lang_a, lang_b), 1) per two members of different
+    languages; an anchor pair in more than `max_documents` documents is counted and skipped."""
+
+    def __init__(self, max_documents: int):
+        self.max_documents = max_documents
+
+    def process(self, element):
+        _, members = element
+        kept = []
+        for member in members:
+            kept.append(member)
+            if len(kept) > self.max_documents:
+                yield beam.pvalue.TaggedOutput("counters", (CROSS_PREFIX + "frequent_anchor_pairs", 1))
+                return
+        kept.sort()
+        for i, (a, lang_a, n_a) in enumerate(kept):
+            for b, lang_b, n_b in kept[i + 1:]:
+                if lang_a != lang_b:
+                    yield (a, n_a, b, n_b, lang_a, lang_b), 1
+
+
+def _both_languages(element):
+    (a, _, b, _, lang_a, lang_b), _ = element
+    yield a, (_LANG, lang_b)
+    yield b, (_LANG, lang_a)
+
+
+def _languages_of(element):
+    """(id, [(_DOC, doc), (_LANG, lang)...]) -> (doc, the other languages, sorted)."""
+    doc, languages = None, set()
+    for tag, value in element[1]:
+        if tag == _DOC:
+            doc = value
+        else:
+            languages.add(value)
+    return doc, tuple(sorted(languages))
+
+
+class CrossLingualRecurrence(beam.PTransform):
+    """(doc, the other languages its content recurs in) for each document (dedup/crosslingual.py): anchor
+    pairs grouped by hash, the pairs of documents sharing them counted by a combine, the matches joined
+    back to their documents by id. Returns (those, counters): crosslingual/matched_pairs and
+    crosslingual/frequent_anchor_pairs."""
+
+    def __init__(self, config: dict | None = None):
+        super().__init__()
+        self.cfg = CrossLingualConfig(**(config or {}))
+
+    def expand(self, docs):
+        cfg = self.cfg
+        signed = docs | "AnchorPairs" >> beam.ParDo(_AnchorPairs()).with_outputs("pairs", main="docs")
+        shared = (signed.pairs | "GroupAnchorPairs" >> beam.GroupByKey()
+                  | "SharedPairs" >> beam.ParDo(_SharedPairs(cfg.max_documents)).with_outputs("counters", main="pairs"))
+        matched = (shared.pairs | "CountShared" >> beam.CombinePerKey(sum)
+                   | "Matched" >> beam.Filter(lambda e: is_match(e[1], e[0][1], e[0][3], cfg)))
+        languages = ((signed.docs, matched | "BothWays" >> beam.FlatMap(_both_languages))
+                     | "FlattenMatches" >> beam.Flatten() | "GroupById" >> beam.GroupByKey()
+                     | "Languages" >> beam.Map(_languages_of))
+        counters = ((shared.counters,
+                     matched | "CountMatched" >> beam.Map(lambda _: (CROSS_PREFIX + "matched_pairs", 1)),
+                     docs.pipeline | "ZeroCounters" >> beam.Create(
+                         [(CROSS_PREFIX + k, 0) for k in ("matched_pairs", "frequent_anchor_pairs")]))
+                    | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum))
+        return languages, counters

@@ -32,8 +32,8 @@ from pipelines import io
 BINS = 40
 EXAMPLES = 3
 EXAMPLE_CHARS = 400
-REACHES_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup", "write")  # dropped at or after quality
-REACHES_SYNTHETIC = ("synthetic", "exact_dedup", "near_dedup", "write")
+REACHES_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup", "crosslingual", "write")  # dropped at or after quality
+REACHES_SYNTHETIC = ("synthetic", "exact_dedup", "near_dedup", "crosslingual", "write")
 
 
 # ------------------------------------------------------------------------------------------- reading

@@ -1,11 +1,11 @@
 """The pipeline's stages, in run order: the text branch (read, extract, language, quality, synthetic,
-exact and near dedup, write), packing, interleaved documents (registered by pipelines/interleaved.py)
+exact and near dedup, cross-lingual recurrence, write), packing, interleaved documents (registered by pipelines/interleaved.py)
 and image-text pairs. The contract they follow, and the
 registry, are in pipelines/stage.py; each stage's logic lives in extract/, filters/, dedup/ and
 packing/, importable without Beam, and its DoFn here is a thin wrapper.
 
 Groups (each writes its documents and a completion marker, so a rerun resumes after the last finished
-one; a run is one Beam pipeline): read+extract, language+quality+synthetic, exact_dedup+near_dedup+write,
+one; a run is one Beam pipeline): read+extract, language+quality+synthetic, exact_dedup+near_dedup+crosslingual+write,
 pack, interleaved+interleaved_text+interleaved_exact_dedup+interleaved_near_dedup,
 interleaved_images+interleaved_dedup, interleaved_vlm+interleaved_write, image_pairs (last: it recycles
 the images of documents the interleaved stages dropped). The input files are read once per run, for
@@ -24,6 +24,7 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import CompressionTypes
 from pydantic import Field, StrictBool, field_validator, model_validator
 
+from dedup.crosslingual import CrossLingualConfig
 from dedup.near import NearDedupConfig
 from filters.quality import QualityConfig
 from packing.config import PackConfig
@@ -562,6 +563,35 @@ class NearDedupStage(_DedupStage):
         from dedup.near import NearDedup
 
         return NearDedup(section)
+
+
+# ------------------------------------------------------------------------------------- crosslingual
+def _recurrence_verdict(element, stage: str, drop_at: int | None):
+    doc, languages = element
+    doc = with_scores(doc, crosslingual_languages=float(len(languages)))
+    if drop_at is not None and len(languages) >= drop_at:
+        return dropped(drop_row(doc, stage, "translated_elsewhere", "recurs in " + ",".join(languages)))
+    return doc
+
+
+@register
+class CrossLingualStage(Stage):
+    """The other languages a document's content recurs in, as `crosslingual_languages` in its scores:
+    translated text restates what the corpus holds in other languages, implicit repetition (Thompson et
+    al. 2024). Matched on what translation leaves unchanged (numbers, names, code, acronyms, in order:
+    dedup/crosslingual.py), since no PyPI wheel ships a multilingual sentence encoder's weights; with
+    `drop_at_languages` set, a document recurring in that many languages is dropped. After the dedup
+    stages, so copies are not counted as translations."""
+
+    name, config, reasons = "crosslingual", CrossLingualConfig, ("translated_elsewhere",)
+
+    def build(self, p, cfg, docs, root):
+        from dedup.transforms import CrossLingualRecurrence
+
+        languages, counters = docs | f"{self.name}/Recurrence" >> CrossLingualRecurrence(cfg[self.name])
+        res = languages | f"{self.name}/Verdict" >> beam.Map(
+            _recurrence_verdict, self.name, cfg[self.name]["drop_at_languages"]).with_outputs(DROPPED, main="docs")
+        return Built(res.docs, res[DROPPED], counters)
 
 
 # -------------------------------------------------------------------------------------------- write

@@ -17,7 +17,7 @@ from pipelines.config import load_config
 from pipelines.run import pipeline_options, run
 from tests.warc_factory import MINI, gz, html_page, real_members, response_record
 
-TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
+TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "crosslingual", "write"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")

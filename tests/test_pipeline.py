@@ -19,7 +19,7 @@ from pipelines.registry import STAGES
 from pipelines.run import run
 from tests.warc_factory import DATA, MINI, gz, html_page, real_members, response_record
 
-TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "write"]
+TEXT_BRANCH = ["read", "extract", "language", "quality", "synthetic", "exact_dedup", "near_dedup", "crosslingual", "write"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -97,6 +97,7 @@ def test_documents_and_drops_are_written_with_reasons(one_worker):
     docs = rows(out / "docs" / "text")
     assert len(docs) == next(s for s in summary["stages"] if s["stage"] == "write")["out"] > 10
     assert all(d["text"] and d["lang"] and dict(d["scores"])["gopher_word_count"] > 0 for d in docs)
+    assert all(dict(d["scores"])["crosslingual_languages"] >= 0 for d in docs)  # every kept document counted
     wet = [d for d in rows(out / "extract") if d["warc_file"].endswith("whirlwind.warc.wet.gz")]
     assert len(wet) == 1 and "Escopete" in wet[0]["text"]  # WET conversion text flows through extract
     dropped = rows(out / "dropped" / "quality") + rows(out / "dropped" / "language") + rows(out / "dropped" / "extract")
@@ -181,7 +182,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path,
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
-                      "exact_dedup": False, "near_dedup": False, "write": False, "pack": False,
+                      "exact_dedup": False, "near_dedup": False, "crosslingual": False, "write": False, "pack": False,
                       # the interleaved branch's text verdicts follow `quality`; the pairs recycle its drops
                       "interleaved": False, "interleaved_text": False, "interleaved_exact_dedup": False,
                       "interleaved_near_dedup": False, "interleaved_images": False, "interleaved_dedup": False,
