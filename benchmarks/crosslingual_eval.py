@@ -62,10 +62,10 @@ def w3c_documents(data: Path) -> list[tuple[str, str, str]]:
             row = json.loads(line)
             labels[row["url"]] = row["lang"]
     cfg = load_config(None, stages=None)
-    cfg["quality"]["template_lines"] = False  # one page per article and language: nothing to count
+    cfg.quality.template_lines = False  # one page per article and language: nothing to count
     out = []
     for page in warc_pages(str(data / "interleaved" / "interleaved-dev.warc.gz"), TextBranchSteps(cfg),
-                           cfg["read"]["max_record_bytes"]):
+                           cfg.read.max_record_bytes):
         m = re.match(r"https://www\.w3\.org/International/(.+?)(?:\.[a-z]{2}(?:-[a-z]+)?)?\.html$", page["url"] or "")
         if m and page["text"]:
             out.append((m.group(1).replace("-TEST", ""), labels[page["url"]], page["text"]))

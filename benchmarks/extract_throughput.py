@@ -84,9 +84,8 @@ def pipeline(path: str, repeat: int, workers: int, stages: list[str]) -> dict:
         link = os.path.join(out, f"in-{i:03d}.warc.gz")
         os.symlink(os.path.abspath(path), link)
         links.append(link)
-    cfg = load_config(None, input=links, output=os.path.join(out, "run"), workers=workers)
-    cfg["stages"] = stages
-    cfg["write_dropped"] = False
+    cfg = load_config(None, input=links, output=os.path.join(out, "run"), workers=workers, stages=stages,
+                      write_dropped=False)
     started = time.perf_counter()
     summary = run(cfg, echo=False)
     wall = time.perf_counter() - started

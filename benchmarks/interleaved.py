@@ -124,7 +124,7 @@ def main() -> None:
     from filters.image import decode_image
     from extract.images import read_pages_and_images
     from pipelines.config import load_config
-    from pipelines.interleaved import ScreenText, _Linearise
+    from pipelines.interleaved import ScreenText, _Linearise, decode_rules
     from pipelines.stage import Drop
     from pipelines.stages import ApplyQualityRules, ExtractText, IdentifyLanguage, ScoreSyntheticText
 
@@ -135,15 +135,16 @@ def main() -> None:
     cfg = load_config(output="/tmp/unused")
     pages, images = read_pages_and_images(args.warc)
     pages = [{**p, "warc_offset": i} for i, p in enumerate(pages)]
-    extract = ExtractText("extract", cfg["extract"])
-    text_steps = [IdentifyLanguage("language", cfg["language"]), ApplyQualityRules("quality", cfg["quality"]),
-                  ScoreSyntheticText("synthetic", cfg["synthetic"])]
-    linearise, screen = _Linearise(cfg["interleaved"]), ScreenText("interleaved_text", cfg)
+    extract = ExtractText("extract", cfg.extract)
+    text_steps = [IdentifyLanguage("language", cfg.language), ApplyQualityRules("quality", cfg.quality),
+                  ScoreSyntheticText("synthetic", cfg.synthetic)]
+    screen = ScreenText("interleaved_text", {s: getattr(cfg, s) for s in ("language", "quality", "synthetic",
+                                                                       "interleaved_text")})
+    linearise = _Linearise(cfg.interleaved.model_dump())
     for step in [*text_steps, screen]:
         step.setup()
         step.start_bundle()  # as Beam calls it: the step's counters live per bundle
-    rules = {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
-             "max_aspect": cfg["interleaved"]["max_aspect"]}
+    rules = decode_rules(cfg)
     bodies = list({r["payload"] for r in images})
     body_of = {r["url"]: r["payload"] for r in images}  # one capture per URL in the dev set
 
@@ -173,7 +174,7 @@ def main() -> None:
         # stage 2's survivors of this repeat: a new id per copy (ids are unique in a corpus), same images
         repeat, by_url = done // len(pages), {url: decoded[body] for url, body in body_of.items()}
         for doc in screened:
-            doc = None if isinstance(doc, Drop) else stage_two(doc, by_url, cfg["interleaved"]["max_images"])
+            doc = None if isinstance(doc, Drop) else stage_two(doc, by_url, cfg.interleaved.max_images)
             if doc is not None:
                 survivors.append({**doc, "id": hashlib.sha256(f"{repeat}/{doc['id']}".encode()).hexdigest()[:32]})
         done += len(pages)

@@ -144,9 +144,9 @@ class CrossLingualRecurrence(beam.PTransform):
     pairs matched by either), anchor_matches, frequent_anchor_pairs, and with an encoder
     encoder_matches, oversized_buckets."""
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: CrossLingualConfig | None = None):
         super().__init__()
-        self.cfg = CrossLingualConfig(**(config or {}))
+        self.cfg = config or CrossLingualConfig()
 
     def expand(self, docs):
         cfg = self.cfg

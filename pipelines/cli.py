@@ -16,7 +16,7 @@ def _run(args, beam_args):
     cfg = load_config(args.config, input=args.input, output=args.output, workers=args.workers,
                       stage_cost=args.stage_cost or None)
     if beam_args:
-        cfg["beam_args"] = list(cfg["beam_args"]) + beam_args
+        cfg.beam_args = list(cfg.beam_args) + beam_args
     stages = args.stages.split(",") if args.stages else None
     run(cfg, stages=stages, force=args.force, progress=not args.quiet)
 
@@ -29,8 +29,8 @@ def _score(args, _):
     if not os.path.isfile(args.input):
         raise UserError(f"--input {args.input}: no such file")
     try:
-        scored, skipped = score_jsonl(args.input, args.output, TextScorer(cfg["quality"], cfg["language"],
-                                                                          cfg["synthetic"]))
+        scorer = TextScorer(cfg.quality.model_dump(), cfg.language.model_dump(), cfg.synthetic.model_dump())
+        scored, skipped = score_jsonl(args.input, args.output, scorer)
     except BadLine as err:
         raise UserError(str(err)) from None
     print(f"scored {scored} lines, {skipped} without a text field -> {args.output}")
@@ -89,7 +89,7 @@ def _report(args, _):
 
     cfg = run_config(args.dir)
     if cfg is None:  # a run made before runs saved their config: thresholds as configured by default
-        cfg = load_config(None, output=args.dir)
+        cfg = load_config(None, output=args.dir).model_dump()
     try:
         html_path, md_path = write_report(args.dir, cfg, args.max_rows)
     except FileNotFoundError as err:

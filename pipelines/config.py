@@ -2,7 +2,10 @@
 
 The model is the run's top-level settings (`RunSettings`) plus one section per registered stage, each the
 stage's own pydantic model (pipelines/stage.py), so a stage added to the registry brings its section with
-it. A YAML file may name a `base:` file it extends; keyword overrides (the CLI's) come last.
+it. A YAML file may name a `base:` file it extends; keyword overrides (the CLI's) come last. The runner
+and the stages read the validated model itself (`cfg.read.spread_records`), each stage's DoFns their own
+section's model; what the runner decides at run time (the matched input files, the stages built) is no
+config key but a `stage.RunPlan`.
 
 Why pydantic rather than dataclasses: the sections nest (image_pairs.fetch, pack.phases.<name>), and
 pydantic validates nested types, ranges and enumerations in one pass, reports every error with its key
@@ -88,9 +91,9 @@ def _model(sections: tuple) -> type[BaseModel]:
     return create_model("RunConfig", __base__=RunSettings, **fields)
 
 
-def default_config() -> dict:
+def default_config() -> BaseModel:
     """Every key at its built-in default (no config file read)."""
-    return config_model()().model_dump()
+    return config_model()()
 
 
 def _read_yaml(path: str, seen: tuple = ()) -> dict:
@@ -120,8 +123,8 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def load_config(path: str | None = None, **overrides) -> dict:
-    """The validated run config as a plain dict, every default filled in: defaults <- the YAML file
+def load_config(path: str | None = None, **overrides) -> BaseModel:
+    """The validated run config (a `config_model()` instance), every default filled in: defaults <- the YAML file
     (configs/local.yaml when none is given) <- non-None keyword overrides. Raises ConfigError naming
     the file and the key path of every problem."""
     if path is None and LOCAL_CONFIG.exists():
@@ -130,7 +133,7 @@ def load_config(path: str | None = None, **overrides) -> dict:
     data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
     model = config_model()
     try:
-        return model.model_validate(data).model_dump()
+        return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(describe_errors(err, model, path or "config")) from None
 
@@ -183,16 +186,17 @@ def _model_in(annotation) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def stage_fingerprint(cfg: dict, stage: str, upstream: str | None, sections: tuple[str, ...] = (),
-                      side: dict | None = None) -> str:
+def stage_fingerprint(cfg: BaseModel, stage: str, upstream: str | None, sections: tuple[str, ...] = (),
+                      side: dict | None = None, input_files: list[dict] | None = None) -> str:
     """Hash of everything that determines a stage's output: its config section and the other
-    `sections` it uses, the fingerprints of the stages whose outputs it also reads (`side`), and the
-    upstream stage's fingerprint, or for a stage that reads the input files itself (upstream None) the
-    input files. A finished stage is reused only if this matches."""
-    payload = {"stage": stage, "section": cfg.get(stage), "upstream": upstream,
-               "write_dropped": cfg["write_dropped"], "sections": {s: cfg[s] for s in sections}}
+    `sections` it uses (as their `model_dump()`), the fingerprints of the stages whose outputs it also
+    reads (`side`), and the upstream stage's fingerprint, or for a stage that reads the input files
+    itself (upstream None) the `input_files`. A finished stage is reused only if this matches."""
+    values = cfg.model_dump()
+    payload = {"stage": stage, "section": values.get(stage), "upstream": upstream,
+               "write_dropped": cfg.write_dropped, "sections": {s: values[s] for s in sections}}
     if side:
         payload["side"] = side
     if upstream is None:  # the matched files themselves (path, size, mtime), not the patterns
-        payload["input"] = cfg["input_files"]
+        payload["input"] = input_files
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

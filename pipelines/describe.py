@@ -9,7 +9,7 @@ import json
 
 from pydantic import BaseModel
 
-from pipelines.config import RunSettings
+from pipelines.config import RunSettings, default_config
 from pipelines.stage import READS_INPUT, READS_OUTPUTS, READS_PREVIOUS, Stage
 from pipelines.registry import STAGES
 
@@ -38,7 +38,7 @@ def config_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
 
 def _stage_block(stage: Stage, before: Stage | None, ends_group: bool) -> list[str]:
     reads = ("the input files" if stage.reads == READS_INPUT
-             else "the final documents of " + ", ".join(f"`{n}`" for n in stage.reads_outputs_of({"stages": None}))
+             else "the final documents of " + ", ".join(f"`{n}`" for n in stage.reads_outputs_of(default_config()))
              if stage.reads == READS_OUTPUTS
              else f"the documents of `{before.name}`" if before is not None else "the documents before it")
     writes = [f"`{stage.documents}`"] if stage.documents and ends_group else []

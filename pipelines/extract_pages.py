@@ -38,12 +38,12 @@ class TextBranchSteps:
     """The text branch's steps up to the quality rules, with the config `cfg` (a run config). Called on a
     raw page (io.RAW_SCHEMA): (text, None) or (None, reason)."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg):
         from pipelines.stages import ExtractText, IdentifyLanguage
 
         self.cfg = cfg
-        self.extract = ExtractText("extract", cfg["extract"])
-        self.language = IdentifyLanguage("language", cfg["language"])
+        self.extract = ExtractText("extract", cfg.extract)
+        self.language = IdentifyLanguage("language", cfg.language)
         for step in (self.extract, self.language):
             step.setup()
             step.start_bundle()
@@ -74,10 +74,10 @@ class TextBranchSteps:
         text = page.text
         if page.host in self.templates:
             text, _ = remove_template_lines(text, self.templates[page.host])
-        quality = self.cfg["quality"]
-        return clean_for_rules(text, quality["c4_line_filter"], quality["link_list_lines"],
-                               quality["boilerplate_model"], quality["rendering_max_copies"],
-                               quality["label_lines"])[0]
+        quality = self.cfg.quality
+        return clean_for_rules(text, quality.c4_line_filter, quality.link_list_lines,
+                               quality.boilerplate_model, quality.rendering_max_copies,
+                               quality.label_lines)[0]
 
 
 PageStep = Callable[[dict], tuple[object, str | None]]  # a raw page -> (text, None) or (None, reason)
@@ -124,14 +124,14 @@ def _spooled(pages: Iterator[dict], steps: TextBranchSteps) -> Iterator[dict]:
     once to count each host's template lines; the pages wait in a temporary file meanwhile."""
     from filters.template_lines import host_templates, line_hashes
 
-    quality = steps.cfg["quality"]
+    quality = steps.cfg.quality
     seen = []  # (host, line hashes) of every page with a text
     with tempfile.TemporaryFile() as spool:
         for page in pages:
             if page["text"] is not None:
                 seen.append((page["text"].host, line_hashes(page["text"].text)))
             pickle.dump(page, spool, protocol=pickle.HIGHEST_PROTOCOL)
-        steps.templates = host_templates(seen, quality["template_lines_min_pages"], quality["template_lines_min_share"])
+        steps.templates = host_templates(seen, quality.template_lines_min_pages, quality.template_lines_min_share)
         del seen
         spool.seek(0)
         while True:
@@ -144,7 +144,7 @@ def _spooled(pages: Iterator[dict], steps: TextBranchSteps) -> Iterator[dict]:
             yield page
 
 
-def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
+def extract_to_jsonl(paths: list[str], output: str, cfg) -> dict:
     """Writes one line per page of `paths` to `output`; returns {"pages", "with_text", "reasons"}."""
     from pipelines.config import UserError
 
@@ -152,13 +152,13 @@ def extract_to_jsonl(paths: list[str], output: str, cfg: dict) -> dict:
     if missing:
         raise UserError(f"--input: no such file: {', '.join(missing)}")
     steps = TextBranchSteps(cfg)
-    spool = cfg["quality"]["template_lines"]
+    spool = cfg.quality.template_lines
     step = steps.unfinished if spool else steps
 
     def read(path):
         if path.lower().endswith(HTML_SUFFIXES):
             return [html_file_page(path, step)]
-        return warc_pages(path, step, cfg["read"]["max_record_bytes"])
+        return warc_pages(path, step, cfg.read.max_record_bytes)
 
     pages = (page for path in paths for page in read(path))
     summary = {"pages": 0, "with_text": 0, "reasons": {}}

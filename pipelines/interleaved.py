@@ -460,10 +460,11 @@ class WithImageBytes(beam.PTransform):
                 | "Join" >> JoinImagesToDocs() | "WithBytes" >> beam.Map(_with_image_bytes))
 
 
-def decode_rules(cfg: dict) -> dict:
-    """The pairs branch's decoder limits under this branch's size and aspect rules."""
-    return {**cfg["image_pairs"], "min_side": cfg["interleaved"]["min_side"],
-            "max_aspect": cfg["interleaved"]["max_aspect"]}
+def decode_rules(cfg) -> dict:
+    """The pairs branch's decoder limits under this branch's size and aspect rules, as the plain dict
+    filters/image.py takes."""
+    return {**cfg.image_pairs.model_dump(), "min_side": cfg.interleaved.min_side,
+            "max_aspect": cfg.interleaved.max_aspect}
 
 
 # --------------------------------------------------------------- stage 3: image-aware filter and dedup
@@ -766,14 +767,16 @@ class ScreenText(DocumentStep):
     paragraphs go out under NODE_EXAMPLES for the report's examples."""
 
     def __init__(self, stage: str, cfg: dict):
+        from filters.quality import QualityConfig
+
         super().__init__(stage, cfg)
         own = cfg["interleaved_text"]
         self.language = IdentifyLanguage(stage, cfg["language"])
-        self.quality = {kind: ApplyQualityRules(stage, {**cfg["quality"], **own[f"{kind}_quality"]})
+        self.quality = {kind: ApplyQualityRules(stage, QualityConfig.model_validate(
+                            {**cfg["quality"].model_dump(), **getattr(own, f"{kind}_quality")}))
                         for kind in ("web", "pdf")}
         self.synthetic = ScoreSyntheticText(stage, cfg["synthetic"])
-        self.nodes = {"web": NodeRules.model_validate(own["nodes"]),
-                      "pdf": NodeRules.model_validate({**own["nodes"], **own["pdf_nodes"]})}
+        self.nodes = {"web": own.nodes, "pdf": NodeRules.model_validate({**own.nodes.model_dump(), **own.pdf_nodes})}
 
     @property
     def steps(self):
@@ -862,9 +865,10 @@ class InterleavedStage(Stage):
     def build(self, p, cfg, docs, root):
         from pipelines.stages import image_pages, read_warcs
 
-        res = image_pages(p, cfg) | "interleaved/Build" >> BuildInterleavedDocs(cfg[self.name], read_warcs(p, cfg).pdf)
+        res = image_pages(p, cfg) | "interleaved/Build" >> BuildInterleavedDocs(getattr(cfg, self.name),
+                                                                                 read_warcs(p, cfg).pdf)
         images = res.pdf_images | "interleaved/WritePdfImages" >> io.WriteSortedParquet(
-            io.join(root, "images", "pdf"), PDF_IMAGE_SCHEMA, cfg["write"]["shards"])
+            io.join(root, "images", "pdf"), PDF_IMAGE_SCHEMA, cfg.write.shards)
         return Built(res.docs, res.dropped, res.counters, (images,))
 
 
@@ -886,7 +890,7 @@ class InterleavedTextStage(DocumentStage):
         return tuple(r for section in self.settings_from for r in STAGES[section].reasons)
 
     def build(self, p, cfg, docs, root):
-        step = self.step(self.name, {section: cfg[section] for section in (*self.settings_from, self.name)})
+        step = self.step(self.name, {section: getattr(cfg, section) for section in (*self.settings_from, self.name)})
         res = docs | self.name >> beam.ParDo(step).with_outputs(DROPPED, COUNTERS, "recycle", NODE_EXAMPLES,
                                                                  main="docs")
         candidates = res.recycle | f"{self.name}/Recycle" >> beam.FlatMapTuple(
@@ -937,10 +941,10 @@ class InterleavedImagesStage(Stage):
                       | "interleaved_images/ReadPdfImages" >> beam.io.ReadAllFromParquet())
         records = (read_warcs(p, cfg).image, pdf_images) | "interleaved_images/AllRecords" >> beam.Flatten()
         kept, images, drops, counters = ((docs, records)
-                                         | "interleaved_images/Attach" >> AttachImages(cfg["interleaved"],
-                                                                                       cfg["image_pairs"]))
+                                         | "interleaved_images/Attach" >> AttachImages(cfg.interleaved.model_dump(),
+                                                                                       cfg.image_pairs.model_dump()))
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
-            io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg["write"]["shards"])
+            io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg.write.shards)
         _STORE[p] = images  # the later stages' image bytes, in this pipeline
         return Built(kept, drops, counters, (written,))
 
@@ -975,10 +979,10 @@ class InterleavedDedupStage(Stage):
 
     def build(self, p, cfg, docs, root):
         name = self.name
-        relevance = cfg["image_pairs"]["relevance"]
+        relevance = cfg.image_pairs.relevance
         kept, dups, drops, counters = docs | f"{name}/Dedup" >> ImageAwareDedup(
-            cfg[name], cfg["image_pairs"]["phash"], cfg["near_dedup"]["survivor"], relevance,
-            image_store(p, root) if relevance["model"] else None, decode_rules(cfg))
+            getattr(cfg, name).model_dump(), cfg.image_pairs.phash.model_dump(), cfg.near_dedup.survivor,
+            relevance.model_dump(), image_store(p, root) if relevance.model else None, decode_rules(cfg))
         dup_rows = dups | f"{name}/Drops" >> beam.MapTuple(
             lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{name}_group_size": float(size)}), name,
                                                  "multimodal_duplicate", survivor))
@@ -1001,15 +1005,15 @@ class InterleavedVlmStage(Stage):
     reasons = ("vlm_low_score",)
 
     def build(self, p, cfg, docs, root):
-        name, c = self.name, cfg[self.name]
-        if not c["model"]:
+        name, c = self.name, getattr(cfg, self.name)
+        if not c.model:
             skipped = docs | f"{name}/Skipped" >> beam.Map(lambda _: ("vlm/skipped_no_model", 1))
             none = p | f"{name}/NoDrops" >> beam.Create([])
             zero = p | f"{name}/Zero" >> beam.Create([("vlm/skipped_no_model", 0)])
             counters = (skipped, zero) | f"{name}/Counters" >> beam.Flatten()
             return Built(docs, none, counters, (write_recycle(none, root, name),))
         kept, drops, rejected, counters = ((docs, image_store(p, root))
-                                           | f"{name}/Score" >> ScoreWithVlm(c, decode_rules(cfg)))
+                                           | f"{name}/Score" >> ScoreWithVlm(c.model_dump(), decode_rules(cfg)))
         candidates = rejected | f"{name}/Recycle" >> beam.FlatMap(_recycle(name, "vlm_low_score"))
         return Built(kept, drops, counters, (write_recycle(candidates, root, name),))
 

@@ -15,6 +15,7 @@ OUT/stats/audit.json    the loss audit of the rows read, through to the final do
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from pipelines import beam_overhead, io
 from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
-from pipelines.stage import LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, note_writes
+from pipelines.stage import LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, RunPlan, note_writes, set_plan
 from pipelines.registry import STAGES
 from pipelines.progress import Progress
 from pipelines.stats import format_table, stage_costs, transform_msecs
@@ -98,17 +99,17 @@ def engine_args(runner: str, user_args: list[str]) -> list[str]:
     return args
 
 
-def pipeline_options(cfg: dict) -> PipelineOptions:
+def pipeline_options(cfg) -> PipelineOptions:
     # Beam's construction-time type check costs ~40% of building the graph (about 4 of 10 s for the
     # whole run, ~1,800 transforms) and has nothing to check: no transform here declares type hints.
-    args = [f"--runner={cfg['runner']}", "--no_pipeline_type_check"]
-    if cfg["runner"] in LOCAL_RUNNERS:
-        workers = int(cfg["workers"])
+    args = [f"--runner={cfg.runner}", "--no_pipeline_type_check"]
+    if cfg.runner in LOCAL_RUNNERS:
+        workers = int(cfg.workers)
         mode = "multi_processing" if workers > 1 else "in_memory"
         args += [f"--direct_num_workers={workers}", f"--direct_running_mode={mode}",
                  "--default_sdk_harness_log_level=ERROR"]
-    runner = PipelineOptions(args + list(cfg["beam_args"])).view_as(StandardOptions).runner
-    return PipelineOptions(args + engine_args(runner, cfg["beam_args"]) + list(cfg["beam_args"]))  # user's last
+    runner = PipelineOptions(args + list(cfg.beam_args)).view_as(StandardOptions).runner
+    return PipelineOptions(args + engine_args(runner, cfg.beam_args) + list(cfg.beam_args))  # user's last
 
 
 def _write_stats(root: str, names: list[str]):
@@ -178,7 +179,7 @@ class _MarkGroup(beam.DoFn):
                 io.write_json(io.join(self.root, name, "_SUCCESS"), marker)
 
 
-def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, started: float,
+def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, started: float,
                 labels: dict | None = None):
     """Adds a group of stages to pipeline `p`: per-stage counters, dropped docs and stats.json, the
     group's documents (Parquet) and its completion markers. `docs`: the documents the first stage
@@ -207,7 +208,7 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
                 parts.append(out_count)
         counters.append(parts | f"{name}/AllCounters" >> beam.Flatten()
                         | f"{name}/ByStage" >> beam.Map(lambda kn, stage: ((stage, kn[0]), kn[1]), name))
-        if cfg["write_dropped"]:
+        if cfg.write_dropped:
             drops.append(built.drops | f"{name}/DropFolder" >> beam.Map(
                 lambda row, folder: (folder, row), io.join(root, "dropped", name)))
         writes += built.written
@@ -230,10 +231,10 @@ def build_group(p, names: list[str], cfg: dict, root: str, docs, markers: dict, 
 
 
 @contextlib.contextmanager
-def worker_logs_to_file(cfg: dict, root: str, label: str):
+def worker_logs_to_file(cfg, root: str, label: str):
     """Local Beam worker processes log at INFO straight to stderr; send fd 2 to OUT/logs/<group>.log
     so the console shows our progress lines, and print the log's tail if the group fails."""
-    if cfg["runner"] not in LOCAL_RUNNERS:
+    if cfg.runner not in LOCAL_RUNNERS:
         yield
         return
     folder = os.path.join(root, "logs") if "://" not in root else tempfile.mkdtemp(prefix="curate-logs-")
@@ -281,7 +282,7 @@ def check_plan(names: list[str]) -> None:
                              f"{'none runs before it' if before is None else before + ' has none'}")
 
 
-def _needed_groups(groups: list[list[str]], selected: set, cfg: dict) -> list[bool]:
+def _needed_groups(groups: list[list[str]], selected: set, cfg) -> list[bool]:
     """Which groups a run of the `selected` stages needs: the groups holding them, the groups before
     each of those back to the one that reads the input, and the groups of the stages whose outputs a
     needed stage reads (`reads_outputs_of`), with theirs; repeated until nothing is added."""
@@ -376,30 +377,30 @@ def _dry_run_summary(summary: dict, graph, runner, echo: bool) -> dict:
     return summary
 
 
-def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: bool = True,
+def run(cfg, stages: list[str] | None = None, force: bool = False, echo: bool = True,
         progress: bool = True) -> dict:
-    """Run the configured stages as one Beam pipeline, reusing finished groups whose fingerprints match.
-    `progress`: on a local runner with a local output folder, print bytes read, an ETA and each
-    finished group while it runs (pipelines/progress.py)."""
-    root = cfg["output"]
+    """Run the configured stages (`cfg`: the validated run config, `config.load_config`) as one Beam
+    pipeline, reusing finished groups whose fingerprints match. `progress`: on a local runner with a
+    local output folder, print bytes read, an ETA and each finished group while it runs
+    (pipelines/progress.py)."""
+    root = cfg.output
     unknown = [s for s in stages or () if s not in STAGES]
     if unknown:
         raise ConfigError(f"--stages: unknown stages {unknown}; known: {list(STAGES)}")
-    names = [s for s in STAGES if cfg["stages"] is None or s in cfg["stages"]]
+    names = [s for s in STAGES if cfg.stages is None or s in cfg.stages]
     check_plan(names)
     # Beam's --dry_run: build the whole graph and hand it to the runner, which translates it (Dataflow:
     # the job request, offline) and submits nothing; the input is not listed, the output not touched
-    asked = PipelineOptions([f"--runner={cfg['runner']}", *cfg["beam_args"]])
+    asked = PipelineOptions([f"--runner={cfg.runner}", *cfg.beam_args])
     dry_run = asked.view_as(TestOptions).dry_run
     if dry_run and asked.view_as(StandardOptions).runner != "DataflowRunner":
         raise UserError("--dry_run: only DataflowRunner translates a job without running it; other runners would run it")
-    files = [{"path": p, "size": 0, "mtime": None} for p in cfg["input"]] if dry_run else match_inputs(cfg["input"])
-    cfg = {**cfg, "input_files": files}
-    cfg["workers"] = local_workers(cfg["workers"], sum(f["size"] for f in cfg["input_files"]))
+    files = [{"path": p, "size": 0, "mtime": None} for p in cfg.input] if dry_run else match_inputs(cfg.input)
+    cfg = cfg.model_copy(update={"workers": local_workers(cfg.workers, sum(f["size"] for f in files))})
     options = pipeline_options(cfg)
     runner = options.view_as(StandardOptions).runner  # options after `--` win
-    summary = {"output": root, "input": cfg["input"], "input_files": len(cfg["input_files"]),
-               "runner": runner, "workers": cfg["workers"], "stages": []}
+    summary = {"output": root, "input": cfg.input, "input_files": len(files),
+               "runner": runner, "workers": cfg.workers, "stages": []}
     for name in names:
         for notice in STAGES[name].notices(cfg):
             log.warning(notice)
@@ -416,15 +417,15 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             side = {n: fingerprints[n] for n in STAGES[name].reads_outputs_of(cfg)}
             upstream_fp = stage_fingerprint(cfg, name, None if reads_input else
                                             upstream_fp if STAGES[name].reads == READS_PREVIOUS else "",
-                                            STAGES[name].settings_from, side)
+                                            STAGES[name].settings_from, side, files)
             fingerprints[name] = upstream_fp
-            markers[name] = {"fingerprint": upstream_fp, **({"input_files": cfg["input_files"]} if reads_input else {})}
+            markers[name] = {"fingerprint": upstream_fp, **({"input_files": files} if reads_input else {})}
         found = {name: None if dry_run else io.read_json(io.join(root, name, "_SUCCESS")) for name in group}
         for name in group:
-            changed = found[name] and found[name].get("input_files") not in (None, cfg["input_files"])
+            changed = found[name] and found[name].get("input_files") not in (None, files)
             if changed and STAGES[name].reads == READS_INPUT:
                 log.info("stage %s: input files changed since the last run: %s", name,
-                         describe_input_change(found[name]["input_files"], cfg["input_files"]))
+                         describe_input_change(found[name]["input_files"], files))
         label = "+".join(group)
         finished = all(m and m["fingerprint"] == markers[n]["fingerprint"] for n, m in found.items())
         if finished and not (force and selected & set(group)):
@@ -444,9 +445,9 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     runs_audited = any(results is None and set(group) & set(audited) for group, _, results in plan)
     if runs_audited and not dry_run:
         io.delete_tree(audit_path)
-    with_audit = bool(audited) and cfg["write_dropped"] and (runs_audited or dry_run or not FileSystems.exists(audit_path))
+    with_audit = bool(audited) and cfg.write_dropped and (runs_audited or dry_run or not FileSystems.exists(audit_path))
     to_run = [group for group, _, results in plan if results is None]
-    cfg["stages_built"] = [name for group in to_run for name in group]  # stages may share work (stages.image_pages)
+    run_plan = RunPlan(files, frozenset(name for group in to_run for name in group))
     msecs, stage_labels = {}, {}
     if not dry_run:
         for name in (name for group in to_run for name in group):
@@ -455,20 +456,20 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
     if to_run or with_audit:
         log.info("running %s in one pipeline (%s, %s worker(s))",
                  ", ".join("+".join(g) for g in to_run) + (" and the loss audit" if with_audit else ""),
-                 runner, cfg["workers"])
+                 runner, cfg.workers)
         started = time.time()
         watch = contextlib.nullcontext()
         if progress and runner in LOCAL_RUNNERS and "://" not in root:
-            cfg["progress_dir"] = os.path.join(root, "logs", "progress")
-            io.delete_tree(cfg["progress_dir"])
-            files = cfg["input_files"]
-            watch = Progress(cfg["progress_dir"], sum(f["size"] for f in files), len(files),
+            run_plan = dataclasses.replace(run_plan, progress_dir=os.path.join(root, "logs", "progress"))
+            io.delete_tree(run_plan.progress_dir)
+            watch = Progress(run_plan.progress_dir, sum(f["size"] for f in files), len(files),
                              {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
                              console=os.dup(2), tty=os.isatty(2))
         in_process = options.view_as(DirectOptions).direct_running_mode != "multi_processing"  # no worker processes
-        local = (beam_overhead.local_run(cfg["stage_cost"], in_process) if runner in LOCAL_RUNNERS
+        local = (beam_overhead.local_run(cfg.stage_cost, in_process) if runner in LOCAL_RUNNERS
                  else contextlib.nullcontext())
         with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
+            set_plan(p, run_plan)
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on
             for group, markers, results in plan:
@@ -489,7 +490,7 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
                 add_audit(p, root, audited, STAGES[audited[-1]].documents, audit_ready)
             graph = p.to_runner_api() if dry_run else None
         summary["wall_s"] = round(time.time() - started, 2)
-        msecs = transform_msecs(p.result) if cfg["stage_cost"] and not dry_run else {}
+        msecs = transform_msecs(p.result) if cfg.stage_cost and not dry_run else {}
     if dry_run:
         return _dry_run_summary(summary, graph, p.runner, echo)
     reader = next((n for n in names if STAGES[n].reads == READS_INPUT), None)  # the first to read the input
@@ -504,25 +505,26 @@ def run(cfg: dict, stages: list[str] | None = None, force: bool = False, echo: b
             if reader in group and results[reader]["out"] == 0:
                 reasons = ", ".join(f"{r}={n}" for r, n in sorted(results[reader]["dropped"].items())) or "nothing read"
                 log.warning("stage %s: no documents from %d input files (%s): empty, damaged or not WARC/WET?",
-                            reader, len(cfg["input_files"]), reasons)
+                            reader, len(files), reasons)
         summary["stages"] += [{"stage": n, **results[n]} for n in group]
     if msecs:
         read = next((s["out"] for s in summary["stages"] if s["stage"] == reader and not s["reused"]), 0)
-        summary["cost"] = stage_costs(msecs, stage_labels, read, summary["wall_s"] * cfg["workers"])
-    if audited and cfg["write_dropped"]:
+        summary["cost"] = stage_costs(msecs, stage_labels, read, summary["wall_s"] * cfg.workers)
+    if audited and cfg.write_dropped:
         summary["audit"] = audit_report(root)
-    # the config the run was made with, for `curate report` (a Python callable, e.g. a survivor rule, as its repr)
+    # the config the run was made with and the files it read, for `curate report` (which reads it back
+    # from here; a Python callable, e.g. a survivor rule, as its repr)
+    saved = {**cfg.model_dump(), "input_files": files}
     with FileSystems.create(io.join(root, "stats", "config.json")) as fh:
-        fh.write(json.dumps({k: v for k, v in cfg.items() if k not in ("progress_dir", "stages_built")}, indent=2,
-                            sort_keys=True, default=repr).encode("utf-8"))
-    if cfg["report"]:
+        fh.write(json.dumps(saved, indent=2, sort_keys=True, default=repr).encode("utf-8"))
+    if cfg.report:
         from pipelines.report import write_report
 
         summary["report"] = io.join(root, "report.html")
-        write_report(root, cfg, summary=summary)
+        write_report(root, saved, summary=summary)
     io.write_json(io.join(root, "stats", "summary.json"), summary)
     if echo:
         print(format_table(summary))
-        if cfg["report"]:
+        if cfg.report:
             print(f"\nreport: {summary['report']} (and report.md beside it)")
     return summary

@@ -32,6 +32,10 @@ What a stage declares (class attributes):
   reads the interleaved stages' recycling candidates): their groups run (or are reused) with it, its
   fingerprint covers theirs, and `writes_of(p, stage)` gives the writes to wait for (`io.after`).
 
+What a stage is given: `build(p, cfg, docs, root)` gets the validated run config (attribute access, its
+own section at `getattr(cfg, name)`), and a `DocumentStage`'s step its own section's model; what the runner
+decided for the pipeline (the matched input files, the stages built in it) is `plan_of(p)`.
+
 What a stage returns: `build(p, cfg, docs, root)` returns `Built(docs, drops, counters, written)`: its
 documents (or None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), counters, (key, n)
 pairs, and `written`: the PCollections of the writes it makes itself (its `outputs`), whose completion
@@ -144,7 +148,7 @@ class DocumentStep(beam.DoFn):
 
     batch = 1
 
-    def __init__(self, stage: str, cfg: dict):
+    def __init__(self, stage: str, cfg: BaseModel):
         self.stage, self.cfg = stage, cfg
 
     def start_bundle(self):
@@ -210,13 +214,13 @@ class Stage:
     def documents(self) -> str | None:
         return self.name
 
-    def reads_outputs_of(self, cfg: dict) -> tuple[str, ...]:
+    def reads_outputs_of(self, cfg: BaseModel) -> tuple[str, ...]:
         return ()
 
-    def build(self, p, cfg: dict, docs, root: str):
+    def build(self, p, cfg: BaseModel, docs, root: str):
         raise NotImplementedError
 
-    def notices(self, cfg: dict) -> list[str]:
+    def notices(self, cfg: BaseModel) -> list[str]:
         """Warnings to log before a run that includes this stage."""
         return []
 
@@ -228,13 +232,35 @@ class DocumentStage(Stage):
     counts_itself = True
 
     def build(self, p, cfg, docs, root):
-        res = docs | self.name >> beam.ParDo(self.step(self.name, cfg[self.name])).with_outputs(
+        res = docs | self.name >> beam.ParDo(self.step(self.name, getattr(cfg, self.name))).with_outputs(
             DROPPED, COUNTERS, main="docs")
         return Built(res.docs, res[DROPPED], res[COUNTERS])
 
 
 STAGES: dict[str, Stage] = {}
 _WRITES: "weakref.WeakKeyDictionary[beam.Pipeline, dict]" = weakref.WeakKeyDictionary()
+_PLANS: "weakref.WeakKeyDictionary[beam.Pipeline, RunPlan]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the runner decided for one pipeline, beside the config the user gave: the input files it
+    reads (matched once: path, size, mtime), the stages built in it (stages may share work:
+    stages.image_pages), and the folder its readers report progress to (None: no progress). Kept
+    apart from the config, so that the config stays what was validated and what is fingerprinted."""
+
+    input_files: list[dict]
+    stages_built: frozenset[str] = frozenset()
+    progress_dir: str | None = None
+
+
+def set_plan(p, plan: RunPlan) -> None:
+    """The runner records its plan for pipeline `p` before it adds any stage."""
+    _PLANS[p] = plan
+
+
+def plan_of(p) -> RunPlan:
+    return _PLANS[p]
 
 
 def note_writes(p, names: list[str], writes: list) -> None:

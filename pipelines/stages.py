@@ -31,7 +31,7 @@ from packing.config import PackConfig
 from pipelines import io
 from pipelines.image_pairs import ImagePairsConfig
 from pipelines.stage import (COUNTERS, DROPPED, LOCAL_RUNNERS, READS_INPUT, READS_OUTPUTS, STAGES, Built, Drop, DocumentStage,
-                             DocumentStep, Section, Stage, counter, drop_row, dropped, register, with_scores)
+                             DocumentStep, Section, Stage, counter, drop_row, dropped, plan_of, register, with_scores)
 
 FILE_ROWS = "file_rows"  # (warc_file, rows the reader emitted for it): what the loss audit adds up to
 FILE_ROWS_JSON = "file_rows.json"
@@ -49,7 +49,7 @@ class ReadConfig(Section):
 WORKER_ARGS = ("--max_num_workers", "--num_workers", "--parallelism")
 
 
-def spread_records(cfg: dict) -> bool:
+def spread_records(cfg, sizes: list[int]) -> bool:
     """Whether the pages read are reshuffled over the workers before extraction. A reshuffle sends every
     raw page through the shuffle (on the local runner: through the runner process, decoded and encoded
     again there); without one, each file is read, extracted and scored where it was opened, as
@@ -57,18 +57,18 @@ def spread_records(cfg: dict) -> bool:
     another still reads: `auto` spreads when one file holds more than 1/(2P) of the input bytes, P the
     local worker count or, on a distributed runner, the worker count in `beam_args` (spread when none is
     given). Outputs are the same either way (every output is written sorted). Measured on 6 copies of
-    mixed-dev (10,158 pages, 2 local workers): 47.4 s with the reshuffle, 43.3 s without."""
-    choice = cfg["read"]["spread_records"]
+    mixed-dev (10,158 pages, 2 local workers): 47.4 s with the reshuffle, 43.3 s without. `sizes`: the
+    input files' sizes in bytes."""
+    choice = cfg.read.spread_records
     if choice != "auto":
         return choice
-    if cfg["runner"] in LOCAL_RUNNERS:
-        parallel = int(cfg["workers"])
+    if cfg.runner in LOCAL_RUNNERS:
+        parallel = int(cfg.workers)
     else:
-        given = [a.split("=", 1)[1] for a in cfg["beam_args"] if a.split("=", 1)[0] in WORKER_ARGS and "=" in a]
+        given = [a.split("=", 1)[1] for a in cfg.beam_args if a.split("=", 1)[0] in WORKER_ARGS and "=" in a]
         if not given or not given[-1].isdigit():
             return True
         parallel = int(given[-1])
-    sizes = [f["size"] for f in cfg["input_files"]]
     return parallel > 1 and max(sizes, default=0) * 2 * parallel > sum(sizes)
 
 
@@ -153,19 +153,21 @@ _READS: "weakref.WeakKeyDictionary[beam.Pipeline, WarcRead]" = weakref.WeakKeyDi
 
 
 def read_warcs(p, cfg) -> WarcRead:
-    """The input files (matched once when the run is planned: `cfg["input_files"]`) read record by
+    """The input files (matched once when the run is planned: `plan_of(p).input_files`) read record by
     record, each file once, and each pipeline reading them once: every stage that reads the input
     (the text branch's reader, the image branches) shares this one read.
     The documents are reshuffled where one big file would keep extraction on one worker
     (`spread_records`)."""
     if p not in _READS:
-        res = (p | "Files" >> beam.Create(cfg["input_files"])
+        plan = plan_of(p)
+        res = (p | "Files" >> beam.Create(plan.input_files)
                | "Metadata" >> beam.Map(lambda f: FileMetadata(f["path"], f["size"], f["mtime"] or 0.0))
                | "Open" >> fileio.ReadMatches()
                | "Spread files" >> beam.Reshuffle()  # "Spread ...": shared by local workers (beam_overhead)
-               | "Read" >> beam.ParDo(ReadWarcFile(cfg["read"]["max_record_bytes"], cfg.get("progress_dir"))).with_outputs(
+               | "Read" >> beam.ParDo(ReadWarcFile(cfg.read.max_record_bytes, plan.progress_dir)).with_outputs(
                    DROPPED, COUNTERS, "pdf", "image", FILE_ROWS, main="docs"))
-        docs = res.docs | "Spread records" >> beam.Reshuffle() if spread_records(cfg) else res.docs
+        spread = spread_records(cfg, [f["size"] for f in plan.input_files])
+        docs = res.docs | "Spread records" >> beam.Reshuffle() if spread else res.docs
         _READS[p] = WarcRead(docs, res.image, res.pdf, res[DROPPED], res[COUNTERS], res[FILE_ROWS])
     return _READS[p]
 
@@ -192,14 +194,14 @@ class _PageViews(beam.DoFn):
 
 def image_pages(p, cfg) -> beam.PCollection:
     """The read stage's documents for the image branches. Where the pairs and the interleaved stage both
-    run in this pipeline (`cfg["stages_built"]`), each page carries both branches' views of its images,
+    run in this pipeline (`plan_of(p).stages_built`), each page carries both branches' views of its images,
     made in one step from one decoding and one parse (extract/page_images.py); the transform is the
     first building stage's, and so is its cost. Otherwise the documents as read, each branch making its own."""
-    if not {"image_pairs", "interleaved"} <= set(cfg.get("stages_built", ())):
+    if not {"image_pairs", "interleaved"} <= plan_of(p).stages_built:
         return read_warcs(p, cfg).docs
     if p not in _IMAGE_PAGES:
         _IMAGE_PAGES[p] = read_warcs(p, cfg).docs | "Image views" >> beam.ParDo(
-            _PageViews(cfg["image_pairs"], cfg["interleaved"]))
+            _PageViews(cfg.image_pairs.model_dump(), cfg.interleaved.model_dump()))
     return _IMAGE_PAGES[p]
 
 
@@ -249,9 +251,9 @@ class ExtractText(DocumentStep):
     back to back: with reading and Beam's own work in between every document, the same extraction
     ran ~10% slower (the extractor's code and tables fall out of the CPU caches)."""
 
-    def __init__(self, stage: str, cfg: dict):
+    def __init__(self, stage: str, cfg: ExtractConfig):
         super().__init__(stage, cfg)
-        self.batch = cfg["batch_docs"]
+        self.batch = cfg.batch_docs
 
     def step(self, raw):
         from extract.html import ExtractionError, decode_html, extract_main_text
@@ -262,14 +264,14 @@ class ExtractText(DocumentStep):
             if raw["source"] == "text":
                 charset, text = "utf-8", payload.decode("utf-8", errors="replace")
             else:
-                if len(payload) > self.cfg["max_html_bytes"]:
+                if len(payload) > self.cfg.max_html_bytes:
                     raise ExtractionError("html_too_large", f"{len(payload)} bytes")
                 decoded = decode_html(payload, raw["http_charset"] or "")
                 charset = decoded.charset
                 if decoded.source != "declared":
                     self.count(f"charset/{decoded.source}")
-                text = extract_main_text(decoded.text, self.cfg["engine"], self.cfg["timeout_ms"], decoded.utf8,
-                                         self.cfg["one_cpu"])
+                text = extract_main_text(decoded.text, self.cfg.engine, self.cfg.timeout_ms, decoded.utf8,
+                                         self.cfg.one_cpu)
         except ExtractionError as err:
             return Drop(err.reason, err.detail, {**doc, "text": ""})
         except Exception as err:  # an extractor bug must cost one document, not the run
@@ -277,7 +279,7 @@ class ExtractText(DocumentStep):
         text = text.strip()
         scores = {"html_bytes": float(len(payload)), "text_chars": float(len(text))}
         out = {**doc, "charset": charset, "lang": "", "lang_score": 0.0, "scores": scores, "text": text}
-        if len(text) < self.cfg["min_chars"]:
+        if len(text) < self.cfg.min_chars:
             return Drop("no_text", "", out)
         return out
 
@@ -311,14 +313,14 @@ class IdentifyLanguage(DocumentStep):
     def setup(self):
         from filters.language import LanguageIdentifier
 
-        self.lid = LanguageIdentifier(io.local_copy(self.cfg["model"]), self.cfg["max_chars"])
+        self.lid = LanguageIdentifier(io.local_copy(self.cfg.model), self.cfg.max_chars)
 
     def step(self, doc):
         from filters.language import language_drop
 
         lang, score = self.lid(doc["text"])
         doc = {**doc, "lang": lang, "lang_score": score}
-        reason = language_drop(lang, score, self.cfg["min_score"], self.cfg["languages"])
+        reason = language_drop(lang, score, self.cfg.min_score, self.cfg.languages)
         if reason:
             return Drop(reason, f"{lang}:{score:.3f}" if reason == "lang_low_confidence" else lang, doc)
         return doc
@@ -340,9 +342,9 @@ class ApplyQualityRules(DocumentStep):
     then Gopher quality + repetition, C4 and FineWeb rules; every measured value is kept on the doc."""
 
     def setup(self):
-        from filters.quality import QualityConfig, QualityFilter
+        from filters.quality import QualityFilter
 
-        self.rules = QualityFilter(QualityConfig.from_dict(self.cfg))
+        self.rules = QualityFilter(self.cfg)
 
     def step(self, doc):
         from filters.clean import clean_for_rules
@@ -379,13 +381,13 @@ class QualityStage(DocumentStage):
     def build(self, p, cfg, docs, root):
         """With `template_lines`, the lines repeated on many pages of a host go first (a cross-page
         step: pipelines/template_lines.py), then the per-document rules; its counters join the stage's."""
-        section = cfg[self.name]
-        if not section.get("template_lines"):
+        section = getattr(cfg, self.name)
+        if not section.template_lines:
             return super().build(p, cfg, docs, root)
         from pipelines.template_lines import RemoveTemplateLines
 
-        found = docs | f"{self.name}/TemplateLines" >> RemoveTemplateLines(section["template_lines_min_pages"],
-                                                                            section["template_lines_min_share"])
+        found = docs | f"{self.name}/TemplateLines" >> RemoveTemplateLines(section.template_lines_min_pages,
+                                                                            section.template_lines_min_share)
         built = super().build(p, cfg, found.docs, root)
         counters = (built.counters, found.counters) | f"{self.name}/AllStepCounters" >> beam.Flatten()
         return built._replace(counters=counters)
@@ -448,32 +450,32 @@ class ScoreSyntheticText(DocumentStep):
     `llm_generated` as a third head (log-odds a*d + b), and with `lm_discrepancy_threshold` set it
     drops as `llm_generated` on its own."""
 
-    def __init__(self, stage: str, cfg: dict):
+    def __init__(self, stage: str, cfg: SyntheticConfig):
         super().__init__(stage, cfg)
         self.scorer = self.thresholds = self.lm = None
         self.discrepancies = {}
-        if cfg["lm_model"]:
-            self.batch = cfg["lm_batch"]
+        if cfg.lm_model:
+            self.batch = cfg.lm_batch
 
     def setup(self):
         from filters.synthetic import SyntheticTextScorer, drop_thresholds
 
-        models = [io.local_copy(self.cfg[k], sidecars=(".json",)) for k in ("llm_model", "mt_model")]
-        self.scorer = SyntheticTextScorer(*models, self.cfg["max_chars"]).load()
-        self.thresholds = drop_thresholds(self.scorer.thresholds(), self.cfg)
-        if self.cfg["lm_model"]:
+        models = [io.local_copy(m, sidecars=(".json",)) for m in (self.cfg.llm_model, self.cfg.mt_model)]
+        self.scorer = SyntheticTextScorer(*models, self.cfg.max_chars).load()
+        self.thresholds = drop_thresholds(self.scorer.thresholds(), self.cfg.model_dump())
+        if self.cfg.lm_model:
             from filters.lm_detect import SamplingDiscrepancy
 
-            gguf = {k: io.local_copy(self.cfg[k]) for k in ("lm_model", "lm_reference_model")  # hub ids stay
-                    if (self.cfg[k] or "").endswith(".gguf")}
-            self.lm = SamplingDiscrepancy.from_config({**self.cfg, **gguf}).load()
+            gguf = {k: io.local_copy(getattr(self.cfg, k)) for k in ("lm_model", "lm_reference_model")  # hub ids stay
+                    if (getattr(self.cfg, k) or "").endswith(".gguf")}
+            self.lm = SamplingDiscrepancy.from_config({**self.cfg.model_dump(), **gguf}).load()
 
     def prepare(self, docs):
         if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
             from filters.lm_detect import document_sample
 
             docs = [doc for doc in docs if self.scorer.judges_llm(doc["lang"])]
-            samples = [document_sample(doc["text"], self.cfg["max_chars"]) for doc in docs]
+            samples = [document_sample(doc["text"], self.cfg.max_chars) for doc in docs]
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
@@ -481,7 +483,7 @@ class ScoreSyntheticText(DocumentStep):
 
         scores = self.scorer.score(doc["text"], doc["lang"])
         discrepancy = self.discrepancies.pop(doc["id"], None)  # only for languages the llm scorer judges
-        scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg["lm_logit"])
+        scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg.lm_logit)
         values = {k: scores[k] for k in ("llm_generated", "llm_ngram", "llm_style", "poor_mt") if k in scores}
         if self.lm is not None:
             values["llm_lm_discrepancy"] = discrepancy
@@ -489,7 +491,7 @@ class ScoreSyntheticText(DocumentStep):
         name = synthetic_drop(scores, self.thresholds)
         if name:
             return Drop(name, f"{scores[name]:.4f}>={self.thresholds[name]:.4f}", doc)
-        limit = self.cfg["lm_discrepancy_threshold"]
+        limit = self.cfg.lm_discrepancy_threshold
         if discrepancy is not None and limit is not None and discrepancy >= limit:
             return Drop("llm_generated", f"lm_discrepancy {discrepancy:.3f}>={limit}", doc)
         return doc
@@ -522,11 +524,11 @@ class _DedupStage(Stage):
     reason: str
     section: str | None = None  # the config section of its settings; None: its own
 
-    def transform(self, cfg: dict):
+    def transform(self, section):
         raise NotImplementedError
 
     def build(self, p, cfg, docs, root):
-        res = docs | f"{self.name}/Dedup" >> self.transform(cfg[self.section or self.name])
+        res = docs | f"{self.name}/Dedup" >> self.transform(getattr(cfg, self.section or self.name))
         stage, reason = self.name, self.reason
         drops = res.duplicates | f"{stage}/Drops" >> beam.MapTuple(
             lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{stage}_group_size": float(size)}), stage,
@@ -546,7 +548,7 @@ class ExactDedupStage(_DedupStage):
     def transform(self, section):
         from dedup.transforms import ExactDedup
 
-        return ExactDedup(section["survivor"])
+        return ExactDedup(section.survivor)
 
 
 @register
@@ -588,9 +590,10 @@ class CrossLingualStage(Stage):
     def build(self, p, cfg, docs, root):
         from dedup.transforms import CrossLingualRecurrence
 
-        languages, counters = docs | f"{self.name}/Recurrence" >> CrossLingualRecurrence(cfg[self.name])
+        languages, counters = docs | f"{self.name}/Recurrence" >> CrossLingualRecurrence(getattr(cfg, self.name))
         res = languages | f"{self.name}/Verdict" >> beam.Map(
-            _recurrence_verdict, self.name, cfg[self.name]["drop_at_languages"]).with_outputs(DROPPED, main="docs")
+            _recurrence_verdict, self.name, getattr(cfg, self.name).drop_at_languages).with_outputs(
+                DROPPED, main="docs")
         return Built(res.docs, res[DROPPED], counters)
 
 
@@ -622,7 +625,7 @@ class WriteStage(Stage):
 
     def build(self, p, cfg, docs, root):
         written = docs | f"{self.name}/Write" >> io.WriteSortedParquet(
-            io.join(root, self.folder), self.doc_schema, cfg["write"]["shards"], unique_ids=True)
+            io.join(root, self.folder), self.doc_schema, cfg.write.shards, unique_ids=True)
         counters = written.written | f"{self.name}/OutCount" >> beam.MapTuple(lambda shard, n: ("out", n))
         drops = written[io.DUPLICATE_IDS] | f"{self.name}/DuplicateIds" >> beam.Map(_duplicate_record, self.name)
         return Built(None, drops, counters, (written.written,))
@@ -663,11 +666,11 @@ class ImagesStage(Stage):
         return None
 
     def reads_outputs_of(self, cfg):
-        return tuple(n for n in cfg["image_pairs"]["recycle"]["from_stages"]
-                     if n in STAGES and (cfg["stages"] is None or n in cfg["stages"]))
+        return tuple(n for n in cfg.image_pairs.recycle.from_stages
+                     if n in STAGES and (cfg.stages is None or n in cfg.stages))
 
     def notices(self, cfg):
-        if cfg["image_pairs"]["fetch"]["enabled"]:
+        if cfg.image_pairs.fetch.enabled:
             return ["the image fetcher is ON (image_pairs.fetch.enabled): this run makes HTTP requests to the hosts "
                     "that pages name for images missing from the WARCs"]
         return []
@@ -685,8 +688,8 @@ class ImagesStage(Stage):
             ready = [w for n in sources for w in writes_of(p, n)]
             inputs += (io.after(p, patterns, ready, "image_pairs/Recycled") | "image_pairs/Patterns" >> beam.FlatMap(list)
                        | "image_pairs/ReadRecycled" >> beam.io.ReadAllFromParquet(),)
-        res = inputs | "ImagePairs" >> ImagePairs(cfg["image_pairs"])
-        shards = cfg["write"]["shards"]
+        res = inputs | "ImagePairs" >> ImagePairs(cfg.image_pairs)
+        shards = cfg.write.shards
         pairs = res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
         images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images", "pairs"), IMAGE_SCHEMA,
                                                                      shards)
@@ -734,10 +737,10 @@ class PackStage(Stage):
         return None
 
     def reads_outputs_of(self, cfg):
-        return tuple(n for n in BRANCH_DOCS if n in STAGES and (cfg["stages"] is None or n in cfg["stages"]))
+        return tuple(n for n in BRANCH_DOCS if n in STAGES and (cfg.stages is None or n in cfg.stages))
 
     def notices(self, cfg):
-        if cfg["pack"]["mix"]["twins_by_cluster"] and not cfg["write_dropped"]:
+        if cfg.pack.mix.twins_by_cluster and not cfg.write_dropped:
             return ["write_dropped is false: the shard stage cannot see dedup clusters, so text and multimodal twins "
                     "are matched by capture only and pack.mix.rehydrate has no clusters to scale by"]
         return []
@@ -751,8 +754,8 @@ class PackStage(Stage):
         folders = {name: [BRANCH_DOCS[name]] for name in branches}
         for name in DEDUP_STAGES:
             if name in folders:
-                folders[name] += [f"dropped/{d}" for d in DEDUP_STAGES[name] if cfg["write_dropped"] and d in STAGES
-                                  and (cfg["stages"] is None or d in cfg["stages"])]
+                folders[name] += [f"dropped/{d}" for d in DEDUP_STAGES[name] if cfg.write_dropped and d in STAGES
+                                  and (cfg.stages is None or d in cfg.stages)]
         # One read of every folder, its rows routed by folder: a read per folder would cost each its
         # own pattern, reshuffle and bundles (two stages), whatever its size.
         order = [folder for name in folders for folder in folders[name]]
@@ -770,7 +773,7 @@ class PackStage(Stage):
         text = inputs.get("write") or p | "pack/NoText" >> beam.Create([])  # a run of the image branches alone
         others = ShardInputs(inputs.get("interleaved_write"), inputs.get("image_pairs"), dedup.get("write", ()),
                              dedup.get("interleaved_write", ()))
-        pack_cfg = {**pack_config(cfg["pack"]), "vision": cfg["interleaved"]["vision"]}
+        pack_cfg = {**pack_config(cfg.pack), "vision": cfg.interleaved.vision.model_dump()}
         built = text | "BuildShards" >> BuildShards(pack_cfg, io.join(root, "shards"), others)
         counted = [built.counters, built.packed | "CountPacked" >> beam.Map(lambda _: ("out", 1))]
         counted += [docs_in | f"pack/In {name}" >> beam.Map(lambda _: ("in", 1)) for name, docs_in in inputs.items()]

@@ -214,6 +214,7 @@ def test_the_shipped_model_file_matches_the_code_and_states_its_held_out_figures
 
 
 def test_clean_for_rules_and_the_quality_stage_run_the_step_behind_its_flag():
+    from filters.quality import QualityConfig
     from pipelines.stages import ApplyQualityRules
 
     text = "\n".join([TITLE] + MENU) + "\n" + "\n".join(PARAGRAPHS * 2)
@@ -223,7 +224,7 @@ def test_clean_for_rules_and_the_quality_stage_run_the_step_behind_its_flag():
         "boilerplate_model_lines": 6, "boilerplate_lines": 0, "link_list_lines": 0}
     doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
     for enabled in (True, False):
-        stage = ApplyQualityRules("quality", {"boilerplate_model": enabled, "rendering_max_copies": 0})
+        stage = ApplyQualityRules("quality", QualityConfig(boilerplate_model=enabled, rendering_max_copies=0))
         stage.setup()
         stage.start_bundle()
         out = [o if isinstance(o, dict) else o.value for o in stage.process(doc)][0]

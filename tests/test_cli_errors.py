@@ -69,7 +69,7 @@ def test_input_without_warc_records_warns(tmp_path, caplog):
 
 def test_summary_records_the_runner_that_ran(tmp_path):
     cfg = load_config(TINY, input=[str(MINI)], output=str(tmp_path / "out"), workers=1, stages=["read"])
-    cfg["beam_args"] = ["--runner=DirectRunner"]  # as `curate run -- --runner=DirectRunner` gives it
+    cfg.beam_args = ["--runner=DirectRunner"]  # as `curate run -- --runner=DirectRunner` gives it
     assert run(cfg, echo=False)["runner"] == "DirectRunner"
 
 

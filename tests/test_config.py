@@ -80,7 +80,7 @@ def test_types_ranges_and_enums_are_checked_with_the_key_path(override, message)
 
 def test_a_new_phase_may_be_configured():
     cfg = load_config(TINY, pack={"phases": {"short": {"seq_len": 128, "share": 1}}})
-    assert cfg["pack"]["phases"]["short"]["seq_len"] == 128 and "pretrain" in cfg["pack"]["phases"]
+    assert cfg.pack.phases["short"].seq_len == 128 and "pretrain" in cfg.pack.phases
 
 
 def test_curate_run_with_a_typo_fails_fast_before_any_pipeline(tmp_path):
@@ -107,8 +107,8 @@ class ShoutConfig(BaseModel):
 class Shout(DocumentStep):
     def step(self, doc):
         n = doc["text"].count("!")
-        if n > self.cfg["max_exclamations"]:
-            return Drop("exclamations", f"{n} > {self.cfg['max_exclamations']}")
+        if n > self.cfg.max_exclamations:
+            return Drop("exclamations", f"{n} > {self.cfg.max_exclamations}")
         return {**doc, "text": doc["text"].upper()}
 
 
@@ -186,6 +186,6 @@ def test_auto_workers_take_one_per_32_mib_of_input_and_at_most_one_per_core(monk
     assert local_workers("auto", 9 << 20) == 1 and local_workers("auto", 0) == 1
     assert local_workers("auto", 2 * AUTO_BYTES_PER_WORKER) == 2 and local_workers("auto", 10 << 30) == 2
     assert local_workers(3, 0) == 3
-    assert load_config(None, workers="auto")["workers"] == "auto"
+    assert load_config(None, workers="auto").workers == "auto"
     with pytest.raises(ConfigError, match="workers"):
         load_config(None, workers="many")

@@ -111,7 +111,7 @@ def test_transform_counts_the_other_languages_like_the_oracle(tmp_path):
 
 def test_frequent_anchor_pairs_are_skipped_and_counted(tmp_path):
     docs = articles()
-    rows, counters = run_recurrence(docs, tmp_path, {"max_documents": 2})
+    rows, counters = run_recurrence(docs, tmp_path, CrossLingualConfig(max_documents=2))
     assert counters["crosslingual/frequent_anchor_pairs"] > 0
     # the three-language article's shared pairs occur in 3 documents: not evidence at this cut
     assert {r[0]: tuple(r[1]) for r in rows}["doc0"] == ()

@@ -52,7 +52,7 @@ def local_run(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(beam.Pipeline, "run", run_and_keep)
-        summary = run({**load_config(TINY, input=INPUTS, output=str(out), workers=1)}, echo=False)
+        summary = run(load_config(TINY, input=INPUTS, output=str(out), workers=1), echo=False)
     return out, summary, graphs
 
 
@@ -154,5 +154,5 @@ def test_dataflow_translates_the_configured_job_offline():
 def test_a_dry_run_on_a_runner_that_would_run_it_is_refused(tmp_path):
     cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=1)
     with pytest.raises(UserError, match="only DataflowRunner"):
-        run({**cfg, "beam_args": ["--dry_run=true"]}, echo=False)
+        run(cfg.model_copy(update={"beam_args": ["--dry_run=true"]}), echo=False)
     assert not any(tmp_path.iterdir())

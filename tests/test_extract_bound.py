@@ -380,7 +380,7 @@ def test_a_page_for_the_child_is_extracted_on_one_cpu_behind_the_stage_flag(monk
     everywhere = os.sched_getaffinity(0)
     for flag, doc, expected in ((True, large, ["in", "out"]), (True, small, []), (False, large, [])):
         blocks.clear()
-        step = ExtractText("extract", {**ExtractConfig().model_dump(), "one_cpu": flag, "batch_docs": 1})
+        step = ExtractText("extract", ExtractConfig(one_cpu=flag, batch_docs=1))
         step.setup()
         step.start_bundle()
         outs = list(step.process(doc))

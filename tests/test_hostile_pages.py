@@ -144,7 +144,7 @@ def test_hostile_pages_in_a_run_end_as_documents_or_reasoned_drops(tmp_path):
                       image_pairs={**limit, "fetch": {"enabled": False}})
     stages = ["read", "extract", "interleaved", "interleaved_text", "interleaved_exact_dedup", "interleaved_near_dedup",
               "interleaved_images", "interleaved_dedup", "interleaved_vlm", "interleaved_write", "image_pairs"]
-    summary = run({**cfg, "stages": stages}, echo=False)
+    summary = run(cfg.model_copy(update={"stages": stages}), echo=False)
     by_stage = {s["stage"]: s for s in summary["stages"]}
     for name in stages:
         s = by_stage[name]

@@ -225,7 +225,8 @@ def _run_branch(warc: Path, out: Path, workers: int, also: tuple[str, ...] = (),
 
     tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
     cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers, **sections)
-    summary = run({**cfg, "stages": INTERLEAVED + list(also)}, echo=False)  # the branch reads the input itself
+    # the branch reads the input itself
+    summary = run(cfg.model_copy(update={"stages": INTERLEAVED + list(also)}), echo=False)
     stages = {s["stage"]: s for s in summary["stages"]}
     for a, b in zip(INTERLEAVED, INTERLEAVED[1:]):
         assert stages[b]["in"] == stages[a]["out"], b

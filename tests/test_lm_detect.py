@@ -141,7 +141,7 @@ def test_synthetic_stage_stores_the_discrepancy_and_drops_by_threshold(tiny_lm):
     machine = greedy_text(tiny_lm, "T", 120)
     human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
              "baker ran out of rye by nine. Nobody minded much.")
-    cfg = SyntheticConfig(lm_model=tiny_lm, lm_batch=4, lm_discrepancy_threshold=5.0).model_dump()
+    cfg = SyntheticConfig(lm_model=tiny_lm, lm_batch=4, lm_discrepancy_threshold=5.0)
     dofn = pickle.loads(pickle.dumps(ScoreSyntheticText("synthetic", cfg)))  # as Beam ships it: models load in setup()
     dofn.setup()
     dofn.start_bundle()
@@ -167,7 +167,7 @@ def test_curate_score_adds_the_discrepancy_when_an_lm_is_configured(tiny_lm, tmp
     from filters.score import TextScorer, score_jsonl
     from pipelines.config import default_config
 
-    DEFAULTS = default_config()
+    DEFAULTS = default_config().model_dump()
 
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"text": "Rain again this morning, so the market moved indoors today."}) + "\n")
@@ -273,7 +273,7 @@ def test_calibrated_discrepancy_is_a_third_head_of_llm_generated(tiny_lm):
     human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
              "baker ran out of rye by nine. Nobody minded much, and the coffee stand did well.")
     german = "Heute regnet es wieder, deshalb ist der Markt in die Halle gezogen und der Bäcker hat kein Brot mehr."
-    cfg = SyntheticConfig(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999).model_dump()
+    cfg = SyntheticConfig(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999)
     stage = ScoreSyntheticText("synthetic", cfg)
     stage.setup()
     docs = [{"id": "en", "text": human, "lang": "en", "scores": {}},
@@ -295,7 +295,7 @@ def test_lm_logit_needs_its_own_threshold(tmp_path):
     with pytest.raises(ConfigError, match="llm_generated_threshold"):
         load_config(str(cfg))
     cfg.write_text("synthetic:\n  lm_model: some/lm\n  lm_logit: [1.0, 0.5]\n  llm_generated_threshold: 0.999\n")
-    assert load_config(str(cfg))["synthetic"]["lm_logit"] == [1.0, 0.5]
+    assert load_config(str(cfg)).synthetic.lm_logit == [1.0, 0.5]
 
 
 def test_fit_lm_head_calibrates_the_discrepancy_on_training_texts(tiny_lm):

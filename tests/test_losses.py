@@ -30,7 +30,7 @@ def rows(folder: Path) -> list[dict]:
 
 def read_extract(tmp_path: Path, inputs: list[str], out: Path):
     cfg = load_config(TINY, input=inputs, output=str(out), workers=1)
-    cfg["stages"] = ["read", "extract"]
+    cfg.stages = ["read", "extract"]
     return {s["stage"]: s for s in run(cfg, echo=False)["stages"]}
 
 
@@ -57,7 +57,7 @@ def test_a_file_listed_twice_and_a_copy_give_one_row_per_record(tmp_path):
     copy = tmp_path / "copy.warc.gz"
     shutil.copy(MINI, copy)
     cfg = load_config(TINY, input=[str(MINI), str(MINI), str(copy)], output=str(tmp_path / "out"), workers=1)
-    summary = run({**cfg, "stages": TEXT_BRANCH + ["pack"]}, echo=False)
+    summary = run(cfg.model_copy(update={"stages": TEXT_BRANCH + ["pack"]}), echo=False)
     stages = {s["stage"]: s for s in summary["stages"]}
     assert stages["read"]["in"] == 2 * MINI_UNITS  # the file matched twice is read once
     kept = rows(tmp_path / "out" / "docs" / "text")
@@ -104,8 +104,7 @@ def test_damaged_plain_warc_loses_only_the_damaged_record(tmp_path):
 
 def test_loss_audit_names_a_lost_row(tmp_path):
     out = tmp_path / "out"
-    summary = run({**load_config(TINY, input=[str(MINI)], output=str(out), workers=1), "stages": TEXT_BRANCH},
-                  echo=False)
+    summary = run(load_config(TINY, input=[str(MINI)], output=str(out), workers=1, stages=TEXT_BRANCH), echo=False)
     assert summary["audit"]["stages"] == TEXT_BRANCH and summary["audit"]["kept"] == "docs/text"
     assert summary["audit"]["ok"] and summary["audit"]["rows"] == len(rows(out / "docs" / "text")) + sum(
         len(rows(out / "dropped" / s)) for s in TEXT_BRANCH)
@@ -123,14 +122,14 @@ def test_loss_audit_names_a_lost_row(tmp_path):
 def test_network_is_off_unless_the_users_config_turns_it_on(tmp_path, caplog):
     bare = tmp_path / "mine.yaml"
     bare.write_text("output: out/mine\nworkers: 1\nstages: [read, extract]\n")
-    assert load_config(str(bare))["image_pairs"]["fetch"]["enabled"] is False
+    assert load_config(str(bare)).image_pairs.fetch.enabled is False
     for name in ("local.yaml", "dataflow.yaml", "flink.yaml", "spark.yaml", "tiny.yaml"):
-        assert load_config(str(ROOT / "configs" / name))["image_pairs"]["fetch"]["enabled"] is False, name
+        assert load_config(str(ROOT / "configs" / name)).image_pairs.fetch.enabled is False, name
     page = tmp_path / "page.warc.gz"  # a page without images: the notice is what is checked, not fetching
     page.write_bytes(gz(response_record("http://text.test/", html_page(["Only text, no image at all."]))))
     cfg = load_config(TINY, input=[str(page)], output=str(tmp_path / "out"), workers=1)
-    cfg["stages"], cfg["image_pairs"]["fetch"]["enabled"] = ["read", "extract", "image_pairs"], True
-    cfg["image_pairs"]["fetch"]["allow_private"] = False
+    cfg.stages, cfg.image_pairs.fetch.enabled = ["read", "extract", "image_pairs"], True
+    cfg.image_pairs.fetch.allow_private = False
     with caplog.at_level(logging.WARNING, logger="curate"):
         run(cfg, echo=False)
     assert "image fetcher is ON" in caplog.text
@@ -138,7 +137,7 @@ def test_network_is_off_unless_the_users_config_turns_it_on(tmp_path, caplog):
 
 def test_pages_whose_images_cannot_be_read_are_counted_by_the_image_stage(tmp_path):
     cfg = load_config(TINY, input=[str(MINI)], output=str(tmp_path / "out"), workers=1)
-    cfg["stages"], cfg["image_pairs"]["max_html_bytes"] = ["read", "extract", "image_pairs"], 20_000
+    cfg.stages, cfg.image_pairs.max_html_bytes = ["read", "extract", "image_pairs"], 20_000
     stages = {s["stage"]: s for s in run(cfg, echo=False)["stages"]}
     images = stages["image_pairs"]
     assert images["dropped"]["page_too_large"] == images["extra"]["images/pages_too_large"] > 0

@@ -150,8 +150,8 @@ def _screen(doc: dict, **interleaved_text):
     from pipelines.interleaved import InterleavedTextConfig, ScreenText
     from pipelines.registry import STAGES
 
-    cfg = {name: STAGES[name].config().model_dump() for name in ("language", "quality", "synthetic")}
-    cfg["interleaved_text"] = InterleavedTextConfig(**interleaved_text).model_dump()
+    cfg = {name: STAGES[name].config() for name in ("language", "quality", "synthetic")}
+    cfg["interleaved_text"] = InterleavedTextConfig(**interleaved_text)
     step = ScreenText("interleaved_text", cfg)
     step.setup()
     step.start_bundle()
@@ -235,7 +235,7 @@ def test_removed_paragraphs_in_a_run_and_its_report(tmp_path):
     for workers in (1, 2):
         out = tmp_path / f"w{workers}"
         cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=workers)
-        summary = run({**cfg, "stages": stages}, echo=False)
+        summary = run(cfg.model_copy(update={"stages": stages}), echo=False)
         outputs[workers] = {p.name: p.read_bytes() for p in sorted((out / "docs" / "interleaved").glob("*.parquet"))}
     assert outputs[1] and outputs[1] == outputs[2]
     out = tmp_path / "w2"
@@ -251,7 +251,7 @@ def test_removed_paragraphs_in_a_run_and_its_report(tmp_path):
                      for row in pq.read_table(f).to_pylist() for n in row["nodes"] if n["type"] == "text")
     assert all(e["text"] not in kept.split("\n") for v in examples.values() for e in v)
     cfg = load_config(tiny, input=[str(warc)], output=str(out), workers=2)
-    _, md = write_report(str(out), cfg)
+    _, md = write_report(str(out), cfg.model_dump())
     report = Path(md).read_text()
     assert "| interleaved_text | web | node_words |" in report
     web_in = stats["extra"]["kind:web/in"]

@@ -17,6 +17,7 @@ from packing import ShardDataset, open_shards
 from packing.config import pack_config, phases
 from packing.tokenizer import DocTokenizer
 from packing.transforms import BuildShards, PackAndWrite
+from pipelines.config import config_model
 from tests.test_packing_chunk import real_docs
 
 # A 1M phase the 17k-token corpus cannot fill sits next to two small ones: it must be reported, not crash.
@@ -166,8 +167,7 @@ def test_pack_stage_writes_a_drop_row_for_a_document_without_tokens(tmp_path):
              "scores": {}},
             {"id": "1" * 32, "url": "v", "warc_file": "f", "warc_offset": 1, "warc_date": "",
              "text": "A sentence with some tokens in it.", "scores": {}}]
-    cfg = {"pack": {"phases": {"pretrain": {"seq_len": 64}}}, "stages": ["write", "pack"], "write_dropped": False,
-           "interleaved": {"vision": {}}}
+    cfg = config_model()(pack={"phases": {"pretrain": {"seq_len": 64}}}, stages=["write", "pack"], write_dropped=False)
     out = tmp_path / "out.json"
     text = tmp_path / "docs" / "text"
     text.mkdir(parents=True)

@@ -20,7 +20,7 @@ from pipelines.config import load_config
 DATA = Path(__file__).parent / "data"
 PAGES = {p["file"]: p for p in json.loads((DATA / "interleaved" / "labels.json").read_text())}
 CFG = load_config(None)
-PAIRS, INTERLEAVED = CFG["image_pairs"], CFG["interleaved"]
+PAIRS, INTERLEAVED = CFG.image_pairs.model_dump(), CFG.interleaved.model_dump()
 
 
 def real_pages() -> list[tuple[str, str]]:

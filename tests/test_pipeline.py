@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from extract.warc import iter_records
+from filters.quality import QualityConfig
 from pipelines.cli import main as cli_main
 from pipelines.config import ConfigError, load_config
 from pipelines.registry import STAGES
@@ -59,7 +60,7 @@ def first_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(beam.Pipeline, "run", counted_run)
         patch.setattr(stage_module.ReadWarcFile, "__init__", counted_init)
-        summary = run({**load_config(TINY, input=INPUTS, output=str(out), workers=1), "report": True})
+        summary = run(load_config(TINY, input=INPUTS, output=str(out), workers=1, report=True))
     return out, summary, pipelines, readers
 
 
@@ -130,7 +131,7 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path, spread)
     such tests: test_interleaved.py, test_images_beam.py, test_packing_multimodal.py)."""
     out1, _ = one_worker
     cfg = load_config(TINY, input=INPUTS, output=str(tmp_path), workers=2, stage_cost=spread)
-    cfg["read"] = {**cfg["read"], "spread_records": spread}
+    cfg.read.spread_records = spread
     summary = run(cfg)
     if spread:  # timed stages (Beam's state sampler on) change no byte, and every stage's cost is there
         cost = summary["cost"]
@@ -152,22 +153,23 @@ def test_two_workers_give_byte_identical_documents(one_worker, tmp_path, spread)
 
 
 def test_pages_are_spread_over_the_workers_only_where_a_file_would_hold_one_up():
+    from pipelines.config import config_model
     from pipelines.stages import spread_records
 
     def cfg(sizes, workers=2, runner="FnApiRunner", beam_args=(), choice="auto"):
-        return {"read": {"spread_records": choice}, "runner": runner, "workers": workers,
-                "beam_args": list(beam_args), "input_files": [{"size": n} for n in sizes]}
+        return (config_model()(read={"spread_records": choice}, runner=runner, workers=workers,
+                               beam_args=list(beam_args)), sizes)
 
-    assert not spread_records(cfg([10] * 12))                # 12 even files: each worker keeps 6
-    assert spread_records(cfg([60, 20, 20]))                 # one file holds 60% of the bytes
-    assert not spread_records(cfg([60, 20, 20], workers=1))  # one worker: nothing to spread to
-    assert not spread_records(cfg([25, 25, 25, 25]))         # exactly 1/(2P) each: still even
-    assert spread_records(cfg([10] * 12, workers=8))
-    assert spread_records(cfg([10] * 12, choice=True)) and not spread_records(cfg([60, 20, 20], choice=False))
+    assert not spread_records(*cfg([10] * 12))                # 12 even files: each worker keeps 6
+    assert spread_records(*cfg([60, 20, 20]))                 # one file holds 60% of the bytes
+    assert not spread_records(*cfg([60, 20, 20], workers=1))  # one worker: nothing to spread to
+    assert not spread_records(*cfg([25, 25, 25, 25]))         # exactly 1/(2P) each: still even
+    assert spread_records(*cfg([10] * 12, workers=8))
+    assert spread_records(*cfg([10] * 12, choice=True)) and not spread_records(*cfg([60, 20, 20], choice=False))
     # a distributed runner: the worker count its options give, the reshuffle where they give none
-    assert not spread_records(cfg([10] * 1000, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
-    assert spread_records(cfg([10] * 100, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
-    assert spread_records(cfg([10] * 1000, runner="FlinkRunner"))
+    assert not spread_records(*cfg([10] * 1000, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
+    assert spread_records(*cfg([10] * 100, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
+    assert spread_records(*cfg([10] * 1000, runner="FlinkRunner"))
 
 
 def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path, capsys):
@@ -178,7 +180,7 @@ def test_rerun_resumes_and_config_change_reruns_downstream(one_worker, tmp_path,
     assert all(s["reused"] for s in again["stages"])
     shutil.copytree(out, tmp_path / "out")  # the fixture's output stays as it was, for other tests
     cfg = load_config(TINY, input=INPUTS, output=str(tmp_path / "out"), workers=1)
-    cfg["quality"] = {"c4": False}
+    cfg.quality = QualityConfig(c4=False)
     changed = run(cfg)
     reused = {s["stage"]: s["reused"] for s in changed["stages"]}
     assert reused == {"read": True, "extract": True, "language": False, "quality": False, "synthetic": False,
@@ -288,7 +290,7 @@ def test_damaged_input_completes_with_reasons(tmp_path):
     path = tmp_path / "damaged.warc.gz"
     path.write_bytes(damaged)
     cfg = load_config(TINY, input=[str(path)], output=str(tmp_path / "out"), workers=1)
-    summary = run({**cfg, "stages": TEXT_BRANCH})  # the reader's damage; the image branches' is fuzzed
+    summary = run(cfg.model_copy(update={"stages": TEXT_BRANCH}))  # the reader's damage; the image branches' is fuzzed
     read, extract = summary["stages"][0], summary["stages"][1]
     assert read["dropped"]["corrupt_gzip_member"] == 1
     assert read["dropped"]["bad_warc_header"] == 1
@@ -313,27 +315,27 @@ def test_a_config_extends_its_base(tmp_path):
     (tmp_path / "base.yaml").write_text("workers: 3\nwrite: {shards: 7}\nsynthetic: {max_chars: 900}\n")
     (tmp_path / "child.yaml").write_text("base: base.yaml\nsynthetic: {poor_mt_threshold: 0.99}\n")
     cfg = load_config(str(tmp_path / "child.yaml"))
-    assert cfg["workers"] == 3 and cfg["write"]["shards"] == 7
-    assert cfg["synthetic"]["max_chars"] == 900 and cfg["synthetic"]["poor_mt_threshold"] == 0.99
+    assert cfg.workers == 3 and cfg.write.shards == 7
+    assert cfg.synthetic.max_chars == 900 and cfg.synthetic.poor_mt_threshold == 0.99
     (tmp_path / "base.yaml").write_text("base: child.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(str(tmp_path / "child.yaml"))
     local = load_config(str(ROOT / "configs" / "local.yaml"))
     for name in ("local_lm", "local_lm_smollm2"):  # local.yaml + an LM head
         lm = load_config(str(ROOT / "configs" / f"{name}.yaml"))
-        assert {k: v for k, v in lm.items() if k != "synthetic"} == {k: v for k, v in local.items() if k != "synthetic"}
-        assert lm["synthetic"]["lm_logit"] and lm["synthetic"]["llm_generated_threshold"]
+        assert lm.model_dump(exclude={"synthetic"}) == local.model_dump(exclude={"synthetic"})
+        assert lm.synthetic.lm_logit and lm.synthetic.llm_generated_threshold
 
 
 @pytest.mark.parametrize("name", ["local", "tiny", "dataflow", "flink", "spark"])
 def test_shipped_configs_load(name):
     cfg = load_config(str(ROOT / "configs" / f"{name}.yaml"))
-    assert cfg["input"] and cfg["output"]
+    assert cfg.input and cfg.output
     if name in ("dataflow", "flink", "spark"):
         from pipelines.run import pipeline_options
 
         opts = pipeline_options(cfg).get_all_options()
-        assert opts["runner"] == cfg["runner"]
+        assert opts["runner"] == cfg.runner
 
 
 def test_score_command_adds_every_score(tmp_path, capsys):

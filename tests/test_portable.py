@@ -78,12 +78,13 @@ def _outputs(root: Path) -> dict[str, str]:
 
 def test_portable_runner_with_an_external_worker_pool_gives_the_same_bytes(job_service, tmp_path):
     job, pool, logs = job_service
-    cfg = {**load_config(TINY, input=[str(MINI)], workers=1), "stages": TEXT_BRANCH}
-    local = run({**cfg, "output": str(tmp_path / "local")}, echo=False)
+    cfg = load_config(TINY, input=[str(MINI)], workers=1, stages=TEXT_BRANCH)
+    local = run(cfg.model_copy(update={"output": str(tmp_path / "local")}), echo=False)
     result = {}
-    portable_cfg = {**cfg, "output": str(tmp_path / "portable"),
-                    "beam_args": ["--runner=PortableRunner", f"--job_endpoint={job}", "--environment_type=EXTERNAL",
-                                  f"--environment_config={pool}"]}
+    portable_cfg = cfg.model_copy(update={
+        "output": str(tmp_path / "portable"),
+        "beam_args": ["--runner=PortableRunner", f"--job_endpoint={job}", "--environment_type=EXTERNAL",
+                      f"--environment_config={pool}"]})
     # a job whose worker never starts waits forever: bound it (the fixture's teardown then stops the services)
     thread = threading.Thread(target=lambda: result.update(run(portable_cfg, echo=False)), daemon=True)
     thread.start()

@@ -36,8 +36,8 @@ def test_the_driver_adds_up_the_reports_and_gives_an_eta(tmp_path):
 
 
 def test_a_run_prints_bytes_read_and_each_group_and_quiet_prints_nothing(tmp_path, capfd):
-    cfg = {**load_config(TINY, input=[str(MINI)], workers=1), "stages": ["read", "extract", "language"]}
-    run({**cfg, "output": str(tmp_path / "a")}, echo=False)
+    cfg = load_config(TINY, input=[str(MINI)], workers=1, stages=["read", "extract", "language"])
+    run(cfg.model_copy(update={"output": str(tmp_path / "a")}), echo=False)
     err = capfd.readouterr().err
     size = MINI.stat().st_size
     assert "done: read+extract after" in err and "done: language after" in err
@@ -45,5 +45,6 @@ def test_a_run_prints_bytes_read_and_each_group_and_quiet_prints_nothing(tmp_pat
     assert last.startswith(f"read all 1 files ({size / 1000:.1f} kB, ") and "0 groups running" in last
     reports = list((tmp_path / "a" / "logs" / "progress").glob("*.json"))
     assert [json.loads(p.read_text())["bytes"] for p in reports] == [size]
-    run({**cfg, "output": str(tmp_path / "b"), "stages": ["read", "extract"]}, echo=False, progress=False)
+    run(cfg.model_copy(update={"output": str(tmp_path / "b"), "stages": ["read", "extract"]}), echo=False,
+        progress=False)
     assert "read all" not in capfd.readouterr().err

@@ -618,7 +618,7 @@ def test_quality_stage_removes_c4_policy_lines_first():
            "Please enable JavaScript to view comments."
     doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
     for enabled in (True, False):
-        stage = ApplyQualityRules("quality", {"c4_line_filter": enabled})
+        stage = ApplyQualityRules("quality", QualityConfig(c4_line_filter=enabled))
         stage.setup()
         stage.start_bundle()
         outs = [o if isinstance(o, dict) else o.value for o in stage.process(doc)]
@@ -1489,7 +1489,7 @@ def test_the_quality_stage_and_curate_extract_remove_rendering_copies_and_score_
     text = "\n\n".join([caption, EN_PASS, caption])
     doc = {"id": "a", "text": text, "lang": "en", "scores": {}}
     for copies, want in ((3, "\n\n".join([caption, EN_PASS])), (0, text)):
-        stage = ApplyQualityRules("quality", {"rendering_max_copies": copies})
+        stage = ApplyQualityRules("quality", QualityConfig(rendering_max_copies=copies))
         stage.setup()
         stage.start_bundle()
         out = [o if isinstance(o, dict) else o.value for o in stage.process(doc)][0]

@@ -156,13 +156,14 @@ P2 = ("added that the builders would start in spring. The old reading room would
 
 def _quality(template_lines: bool, check):
     from filters.quality import QualityConfig
+    from pipelines.config import config_model
     from pipelines.stages import QualityStage
 
     docs = [{"id": f"d{i}", "url": f"https://site.example/{i}", "warc_file": "f", "warc_offset": i, "warc_date": None,
              "lang": "en", "lang_score": 0.99, "charset": "utf-8", "scores": {},
              "text": "\n".join(["Skip to content", f"{name} {P1}", f"{name} {P2}", "Share this",
                                 "Copyright Site Example"])} for i, name in enumerate(NAMES[:4])]
-    cfg = {"quality": {**QualityConfig().to_dict(), "template_lines": template_lines}}
+    cfg = config_model()(quality=QualityConfig(template_lines=template_lines))
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner", "--no_pipeline_type_check"])) as p:
         built = QualityStage().build(p, cfg, p | beam.Create(docs), "/unused")
         assert_that(built.docs, check, label="Docs")
