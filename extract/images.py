@@ -346,7 +346,7 @@ def is_generic_alt(alt: str) -> bool:
     words = GENERIC_STRIP.sub(" ", alt.casefold()).strip()
     if words in GENERIC_ALT:
         return True
-    m = GENERIC_NUMBERED.match(words)  # "image 3", "photo #2"
+    m = GENERIC_NUMBERED.match(words)  # "image 3", "photo_2", a number sign before the digits too
     return bool(m and m.group(1).strip() in GENERIC_ALT)
 
 
