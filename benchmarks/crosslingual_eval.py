@@ -62,7 +62,8 @@ def w3c_documents(data: Path) -> list[tuple[str, str, str]]:
             row = json.loads(line)
             labels[row["url"]] = row["lang"]
     cfg = load_config(None, stages=None)
-    cfg.quality.template_lines = False  # one page per article and language: nothing to count
+    # one page per article and language: no template lines to count
+    cfg = cfg.model_copy(update={"quality": cfg.quality.model_copy(update={"template_lines": False})})
     out = []
     for page in warc_pages(str(data / "interleaved" / "interleaved-dev.warc.gz"), TextBranchSteps(cfg),
                            cfg.read.max_record_bytes):
