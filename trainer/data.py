@@ -34,7 +34,7 @@
   row of their own that training only pushes down (what they are is known, how often they occur is
   not); the UNK class learns the mass of rare training ids. With the DeepSeek-V3 vocabulary (129,280
   ids) an untied 129K-row head costs ≈7 s per 2,048-token sequence on a 2-core CPU; the sample needs
-  ≈25K rows. The evaluation reports, on the same targets, the uniform loss ln V and the
+  ≈22.5K rows. The evaluation reports, on the same targets, the uniform loss ln V and the
   training-unigram loss (`unigram_log_probs`: add-one counts over the model's own classes, so the
   baseline knows the same vocabulary the model does), and the loss on the targets the vocabulary
   keeps, so that the number can be read.
