@@ -311,7 +311,9 @@ def main():
     held = report["heldout"]
     headline = {"llm_generated ROC-AUC, generators held out": held["llm_generated"]["all_heldout"]["roc_auc"],
                 "poor_mt ROC-AUC, systems held out": held["poor_mt"]["all_heldout"]["roc_auc"],
-                "docs/s, one process": report["throughput"]["docs_per_s_single_process"]}
+                "ms per document, both scorers, one process": round(1000 / report["throughput"]["docs_per_s_single_process"], 3)}
+    if "throughput_lm" in report:
+        headline["ms per document, LM head"] = round(1000 / report["throughput_lm"]["docs_per_s_single_process"], 1)
     if "corpus" in report:
         headline["human pages dropped (corpus)"] = report["corpus"]["human"]["all"]["dropped_frac"]
     record(__file__, headline, report)
