@@ -46,9 +46,9 @@ import imagehash  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from pipelines.image_pairs import ImagePairs, image_pairs_config  # noqa: E402
+from pipelines.image_pairs import ImagePairs, ImagePairsConfig  # noqa: E402
 from extract.images import canonical_url, read_pages_and_images  # noqa: E402
-from filters.image import decode_image  # noqa: E402
+from filters.image import DecodeRules, decode_image  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # our reason -> the labels' vocabulary
@@ -65,11 +65,11 @@ def throughput(image_dir: str, warc: str, rounds: int) -> dict:
     if warc:
         groups["warc_images"] = [r["payload"] for r in read_pages_and_images(warc)[1]]
     groups["all"] = [b for blobs in groups.values() for b in blobs]
-    cfg = image_pairs_config({"min_side": 1, "max_aspect": 1e9})
+    cfg = ImagePairsConfig(min_side=1, max_aspect=1e9).decode_rules()
     return {name: _race(blobs, cfg, rounds) for name, blobs in groups.items()}
 
 
-def _race(blobs: list[bytes], cfg: dict, rounds: int) -> dict:
+def _race(blobs: list[bytes], cfg: DecodeRules, rounds: int) -> dict:
     def ours():
         return sum(not isinstance(decode_image(b, cfg), str) for b in blobs)
 
@@ -96,7 +96,8 @@ def _pixels(blob: bytes) -> int:
 
 
 # ------------------------------------------------------------------------------------------ eval
-def run_pairs(pages: list[dict], images: list[dict], config: dict) -> tuple[list[dict], list[tuple], dict, float]:
+def run_pairs(pages: list[dict], images: list[dict],
+              config: ImagePairsConfig) -> tuple[list[dict], list[tuple], dict, float]:
     """ImagePairs on FnApiRunner in-process: (pair rows, drop tuples, counters, wall seconds)."""
     folder = Path(tempfile.mkdtemp(prefix="images-eval-"))
 
@@ -123,7 +124,7 @@ def evaluate(warc: str, labels_path: str) -> dict:
     out = {"warc": warc, "labels": labels_path, "img_tags": len(labels), "pages": len(pages),
            "image_records": len(images)}
     for min_side in (50, 150):
-        pairs, dropped, counters, wall = run_pairs(pages, images, {"min_side": min_side, "fetch": {"enabled": False}})
+        pairs, dropped, counters, wall = run_pairs(pages, images, ImagePairsConfig(min_side=min_side))
         out[f"min_side_{min_side}"] = score(labels, pairs, dropped, counters, min_side, wall, sha_of)
     return out
 

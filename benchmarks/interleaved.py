@@ -91,10 +91,11 @@ def stage_two(doc: dict, decoded: dict, max_images: int) -> dict | None:
     return {**doc, "nodes": nodes} if 1 <= sum(n["type"] == "image" for n in nodes) <= max_images else None
 
 
-def run_dedup(docs: list[dict], dedup_cfg: dict, phash_cfg: dict) -> dict:
-    """ImageAwareDedup over `docs` in a real Beam pipeline -> summed tallies (in, kept, dropped/<reason>,
-    the transform's counters) and wall seconds. The tallies leave through a file: the simplest exit
-    from a pipeline that works on every runner."""
+def run_dedup(docs: list[dict], dedup_cfg, phash_cfg) -> dict:
+    """ImageAwareDedup over `docs` (under the interleaved_dedup and image_pairs.phash config sections) in
+    a real Beam pipeline -> summed tallies (in, kept, dropped/<reason>, the transform's counters) and
+    wall seconds. The tallies leave through a file: the simplest exit from a pipeline that works on every
+    runner."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from pipelines.interleaved import ImageAwareDedup
@@ -140,11 +141,11 @@ def main() -> None:
                   ScoreSyntheticText("synthetic", cfg.synthetic)]
     screen = ScreenText("interleaved_text", {s: getattr(cfg, s) for s in ("language", "quality", "synthetic",
                                                                        "interleaved_text")})
-    linearise = _Linearise(cfg.interleaved.model_dump())
+    linearise = _Linearise(cfg.interleaved)
     for step in [*text_steps, screen]:
         step.setup()
         step.start_bundle()  # as Beam calls it: the step's counters live per bundle
-    rules = decode_rules(cfg)
+    rules = decode_rules(cfg.interleaved, cfg.image_pairs)
     bodies = list({r["payload"] for r in images})
     body_of = {r["url"]: r["payload"] for r in images}  # one capture per URL in the dev set
 
@@ -182,14 +183,14 @@ def main() -> None:
 
     # stage 3 in Beam (module docstring): the fixed cost first, then the default rule and one that keeps
     # every repeated image, so that the document dedup has work
-    from pipelines.image_pairs import image_pairs_config
+    from pipelines.image_pairs import PhashConfig
     from pipelines.interleaved import InterleavedDedupConfig
 
-    dedup_cfg, phash_cfg = InterleavedDedupConfig().model_dump(), image_pairs_config({})["phash"]
+    dedup_cfg, phash_cfg = InterleavedDedupConfig(), PhashConfig()
     baseline = min(run_dedup([], dedup_cfg, phash_cfg)["wall_s"] for _ in range(3))  # least of 3: it is noisy
-    for key, max_docs in (("interleaved/dedup", dedup_cfg["max_docs_per_image"]),
+    for key, max_docs in (("interleaved/dedup", dedup_cfg.max_docs_per_image),
                           ("interleaved/dedup[max_docs_per_image=1e9]", 10**9)):
-        got = run_dedup(survivors, {**dedup_cfg, "max_docs_per_image": max_docs}, phash_cfg)
+        got = run_dedup(survivors, dedup_cfg.model_copy(update={"max_docs_per_image": max_docs}), phash_cfg)
         stages[key] = {"in": got.get("in", 0), "cpu_s": round(got["wall_s"] - baseline, 2),
                        "max_docs_per_image": max_docs, "kept": got.get("kept", 0),
                        "dropped": {r: got.get(f"dropped/{r}", 0) for r in ("no_images", "multimodal_duplicate")},

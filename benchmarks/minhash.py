@@ -128,7 +128,7 @@ def evaluate_dedup(pages: list[dict]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "dropped.json")
         with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
-            res = p | beam.Create([{"id": d["id"], "text": d["text"]} for d in pages]) | NearDedup(DEFAULTS)
+            res = p | beam.Create([{"id": d["id"], "text": d["text"]} for d in pages]) | NearDedup(NearDedupConfig())
             (res.duplicates | beam.MapTuple(lambda doc, survivor, size: (doc["id"], survivor))
              | beam.combiners.ToList() | beam.Map(_write_json(out)))
         dropped = dict(json.loads(Path(out).read_text()))

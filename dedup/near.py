@@ -96,13 +96,9 @@ class NearDedupConfig(BaseModel):
             raise ValueError(f"bands x rows = {self.bands * self.rows} > num_perm = {self.num_perm}")
         return self
 
-
-def near_dedup_config(section: dict | None) -> dict:
-    """The validated section as a plain dict, bands/rows filled in, the survivor rule a callable."""
-    cfg = NearDedupConfig.model_validate(section or {}).model_dump()
-    if isinstance(cfg["survivor"], str):
-        cfg["survivor"] = SURVIVOR_RULES[cfg["survivor"]]
-    return cfg
+    def survivor_rank(self) -> Callable:
+        """The survivor rule as the `rank(doc)` callable: a rule name looked up in SURVIVOR_RULES."""
+        return SURVIVOR_RULES[self.survivor] if isinstance(self.survivor, str) else self.survivor
 
 
 def size_bin(n: int) -> str:
@@ -122,21 +118,21 @@ class _Sign(beam.DoFn):
     """doc -> (bucket key, id) per band, and (id, shingle-hash bytes) for verification. A text with
     no word characters has no shingles and takes no part (exact dedup handles empty texts)."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: NearDedupConfig):
         self.cfg = cfg
         self.hasher = None
 
     def setup(self):
-        self.hasher = MinHasher(self.cfg["num_perm"], self.cfg["seed"])
+        self.hasher = MinHasher(self.cfg.num_perm, self.cfg.seed)
 
     def process(self, doc):
-        hashes = shingles(doc["text"], self.cfg["ngram"])
+        hashes = shingles(doc["text"], self.cfg.ngram)
         if not hashes.size:
             return
         partition = (doc.get(PARTITION) or "").encode()
-        for key in band_keys(self.hasher.signature(hashes), self.cfg["bands"], self.cfg["rows"]):
+        for key in band_keys(self.hasher.signature(hashes), self.cfg.bands, self.cfg.rows):
             yield partition + key, doc["id"]
-        if self.cfg["verify"]:
+        if self.cfg.verify:
             yield beam.pvalue.TaggedOutput("shingles", (doc["id"], hashes.tobytes()))
 
 
@@ -416,9 +412,9 @@ class NearDedup(beam.PTransform):
     near/buckets (buckets with >= 2 members), near/candidate_pairs, near/verified_pairs (when
     verifying), near/clusters and near/cluster_size/<bin>."""
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: NearDedupConfig = NearDedupConfig()):
         super().__init__()
-        self.cfg = near_dedup_config(config)
+        self.cfg = config
 
     def expand(self, docs):
         cfg = self.cfg
@@ -428,17 +424,17 @@ class NearDedup(beam.PTransform):
         edges = stars.edges | "DistinctCandidates" >> beam.Distinct()
         counters = [stars[COUNTERS], edges | "CountCandidates" >> beam.Map(lambda _: (PREFIX + "candidate_pairs", 1))]
         always = ["buckets", "candidate_pairs", "clusters"]
-        if cfg["verify"]:
-            edges = (edges, signed.shingles) | "Verify" >> Verify(cfg["threshold"])
+        if cfg.verify:
+            edges = (edges, signed.shingles) | "Verify" >> Verify(cfg.threshold)
             counters.append(edges | "CountVerified" >> beam.Map(lambda _: (PREFIX + "verified_pairs", 1)))
             always.append("verified_pairs")
-        roots = edges | "Components" >> ConnectedComponents(cfg["max_rounds"])
+        roots = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
 
         by_id = ((docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], (_DOC, d))),
                   roots | "TagRoots" >> beam.MapTuple(lambda doc_id, root: (doc_id, (_ROOT, root))))
                  | "FlattenDocs" >> beam.Flatten() | "GroupDocs" >> beam.GroupByKey()
                  | "AttachRoot" >> beam.ParDo(_AttachRoot()).with_outputs("clustered", main="alone"))
-        chosen = by_id.clustered | "Survivors" >> ChooseSurvivors(cfg["survivor"])
+        chosen = by_id.clustered | "Survivors" >> ChooseSurvivors(cfg.survivor_rank())
         counters += [chosen.counters, docs.pipeline | "ZeroCounters" >> beam.Create(
             [(PREFIX + key, 0) for key in always])]
         return NearDedupResult(

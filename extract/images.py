@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from resiliparse.extract.html2text import extract_plain_text
@@ -380,11 +381,20 @@ def check_image_url(ref: ImageRef, min_side: int, chrome_words: bool = False) ->
     return None
 
 
-def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
-    """The first failed rule's reason, or None: the URL rules, then the alt-text rules. `cfg` holds
-    min_side, min_alt_chars, max_alt_chars, alt_languages (None = any) and alt_lang_min_score;
+class RefRules(Protocol):
+    """The settings check_image_ref reads: the pairs branch's config section has them."""
+
+    min_side: int
+    min_alt_chars: int
+    max_alt_chars: int
+    alt_languages: list[str] | None  # None = any language
+    alt_lang_min_score: float
+
+
+def check_image_ref(ref: ImageRef, cfg: RefRules, lid=None) -> str | None:
+    """The first failed rule's reason, or None: the URL rules, then the alt-text rules;
     `lid(text) -> (lang, prob)` is needed only when alt_languages is set."""
-    reason = check_image_url(ref, cfg["min_side"])
+    reason = check_image_url(ref, cfg.min_side)
     if reason:
         return reason
     alt = ref.alt
@@ -397,13 +407,13 @@ def check_image_ref(ref: ImageRef, cfg: dict, lid=None) -> str | None:
     if is_generic_alt(alt):
         return "generic_alt"
     length = _alt_length(alt)
-    if length < cfg["min_alt_chars"]:
+    if length < cfg.min_alt_chars:
         return "alt_too_short"
-    if length > cfg["max_alt_chars"]:
+    if length > cfg.max_alt_chars:
         return "alt_too_long"
-    if cfg["alt_languages"]:
+    if cfg.alt_languages:
         lang, prob = lid(alt)
-        if lang not in cfg["alt_languages"] or prob < cfg["alt_lang_min_score"]:
+        if lang not in cfg.alt_languages or prob < cfg.alt_lang_min_score:
             return "alt_language"
     return None
 

@@ -10,6 +10,8 @@ took longer than its own deadline, each is made again alone, under its own deadl
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from extract.html import page_html
 from extract.images import ImageRef, extract_images_bounded, may_hold_images, page_disallows_ai
 from extract.interleaved import Linearised, image_views_bounded, linearise_bounded
@@ -21,46 +23,56 @@ PairsView = tuple[list[ImageRef], bool, str, str]
 InterleavedView = tuple[Linearised | None, bool, str, str]
 
 
-def pairs_view(page: dict, cfg: dict) -> PairsView:
-    """The pairs branch's view of `page` (cfg: its max_html_bytes, context_chars, timeout_ms)."""
-    html, failure = page_html(page, cfg["max_html_bytes"])
+class PageLimits(Protocol):
+    """The settings of a branch's view of a page: its config section (image_pairs, interleaved) has them."""
+
+    max_html_bytes: int
+    timeout_ms: int
+
+
+class PairsLimits(PageLimits, Protocol):
+    context_chars: int
+
+
+def pairs_view(page: dict, cfg: PairsLimits) -> PairsView:
+    """The pairs branch's view of `page`."""
+    html, failure = page_html(page, cfg.max_html_bytes)
     if failure:
         return [], False, f"page_{failure}", ""
     try:
-        refs = extract_images_bounded(html, page["url"], cfg["context_chars"], cfg["timeout_ms"])
+        refs = extract_images_bounded(html, page["url"], cfg.context_chars, cfg.timeout_ms)
     except SandboxError as err:
         return [], False, err.reason, err.detail
     return refs, bool(refs) and page_disallows_ai(html), "", ""
 
 
-def interleaved_view(page: dict, cfg: dict) -> InterleavedView:
-    """The interleaved branch's view of `page` (cfg: its max_html_bytes, timeout_ms). A page without
-    an `<img>` tag is an empty document, with no DOM walk: it will be `no_images`, its text is the text
-    branch's (85% of mixed-dev's pages)."""
-    html, failure = page_html(page, cfg["max_html_bytes"])
+def interleaved_view(page: dict, cfg: PageLimits) -> InterleavedView:
+    """The interleaved branch's view of `page`. A page without an `<img>` tag is an empty document,
+    with no DOM walk: it will be `no_images`, its text is the text branch's (85% of mixed-dev's pages)."""
+    html, failure = page_html(page, cfg.max_html_bytes)
     if failure:
         return None, False, f"page_{failure}", ""
     if not may_hold_images(html):
         return Linearised(), False, "", ""
     try:
-        doc = linearise_bounded(html, page["url"], cfg["timeout_ms"])
+        doc = linearise_bounded(html, page["url"], cfg.timeout_ms)
     except SandboxError as err:
         return None, False, err.reason, err.detail
     return doc, bool(doc.images) and page_disallows_ai(html), "", ""
 
 
-def page_views(page: dict, pairs: dict, interleaved: dict) -> tuple[PairsView, InterleavedView]:
+def page_views(page: dict, pairs: PairsLimits, interleaved: PageLimits) -> tuple[PairsView, InterleavedView]:
     """(pairs_view(page, pairs), interleaved_view(page, interleaved)), made together."""
-    if pairs["max_html_bytes"] != interleaved["max_html_bytes"]:  # the decoding's verdicts could differ
+    if pairs.max_html_bytes != interleaved.max_html_bytes:  # the decoding's verdicts could differ
         return pairs_view(page, pairs), interleaved_view(page, interleaved)
-    html, failure = page_html(page, pairs["max_html_bytes"])
+    html, failure = page_html(page, pairs.max_html_bytes)
     if failure:
         return ([], False, f"page_{failure}", ""), (None, False, f"page_{failure}", "")
     if not may_hold_images(html):
         return ([], False, "", ""), (Linearised(), False, "", "")
     try:
-        refs, doc = image_views_bounded(html, page["url"], pairs["context_chars"], pairs["timeout_ms"],
-                                        interleaved["timeout_ms"])
+        refs, doc = image_views_bounded(html, page["url"], pairs.context_chars, pairs.timeout_ms,
+                                        interleaved.timeout_ms)
     except SandboxError:
         return pairs_view(page, pairs), interleaved_view(page, interleaved)
     noai = bool(refs) and page_disallows_ai(html)  # every content image is one of refs

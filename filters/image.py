@@ -26,6 +26,7 @@ import hashlib
 import io
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import imagehash
 import numpy as np
@@ -46,6 +47,17 @@ class DecodedImage:
     format: str    # Pillow's format name: JPEG, PNG, GIF, WEBP, ...
     frames: int    # > 1 for animations (only the first frame is used)
     phash: int     # 64-bit imagehash pHash as an unsigned int
+
+
+class DecodeRules(NamedTuple):
+    """The limits `open_image` and `decode_image` apply: the pairs branch's `image_pairs` settings
+    (ImagePairsConfig.decode_rules), with the interleaved branch's own size rules where it decodes."""
+
+    min_side: int         # px, both sides
+    max_aspect: float     # longer side / shorter side
+    max_pixels: int       # decompression-bomb limit
+    max_image_bytes: int  # larger bodies are not decoded
+    formats: tuple[str, ...] = DEFAULT_FORMATS  # Pillow formats decoded
 
 
 class ImageRejected(Exception):
@@ -71,24 +83,24 @@ def to_rgb(im: Image.Image) -> Image.Image:
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
-def open_image(data: bytes, cfg: dict, work_side: int | None = None) -> tuple[Image.Image, dict]:
+def open_image(data: bytes, rules: DecodeRules, work_side: int | None = None) -> tuple[Image.Image, dict]:
     """Decode `data` defensively into an RGB image; raises ImageRejected with a reason.
     `work_side` lets JPEG decode at a reduced DCT scale (never below that side): the full stream is
     still decoded, so truncation is still caught. Returns (rgb image, header facts)."""
-    if len(data) > cfg["max_image_bytes"]:
+    if len(data) > rules.max_image_bytes:
         raise ImageRejected("image_too_large", f"{len(data)} bytes")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             warnings.simplefilter("ignore", UserWarning)  # palette-transparency notices
-            im = Image.open(io.BytesIO(data), formats=list(cfg["formats"]))
+            im = Image.open(io.BytesIO(data), formats=list(rules.formats))
             width, height = im.size
-            if width * height > cfg["max_pixels"]:
-                raise ImageRejected("decompression_bomb", f"{width}x{height} > {cfg['max_pixels']} px")
+            if width * height > rules.max_pixels:
+                raise ImageRejected("decompression_bomb", f"{width}x{height} > {rules.max_pixels} px")
             orientation = im.getexif().get(EXIF_ORIENTATION, 1)
             if orientation in (5, 6, 7, 8):
                 width, height = height, width
-            check_size(width, height, cfg)
+            check_size(width, height, rules)
             facts = {"width": width, "height": height, "format": im.format or "",
                      "frames": int(getattr(im, "n_frames", 1) or 1)}
             if work_side and im.format == "JPEG":
@@ -101,7 +113,7 @@ def open_image(data: bytes, cfg: dict, work_side: int | None = None) -> tuple[Im
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageRejected("decompression_bomb", str(exc)[:200]) from None
     except UnidentifiedImageError:
-        raise ImageRejected("not_an_image", f"not one of {','.join(cfg['formats'])}") from None
+        raise ImageRejected("not_an_image", f"not one of {','.join(rules.formats)}") from None
     except EOFError as exc:
         raise ImageRejected("truncated", repr(exc)[:200]) from None
     except OSError as exc:
@@ -111,11 +123,11 @@ def open_image(data: bytes, cfg: dict, work_side: int | None = None) -> tuple[Im
         raise ImageRejected("decode_error", repr(exc)[:200]) from None
 
 
-def check_size(width: int, height: int, cfg: dict) -> None:
-    if min(width, height) < cfg["min_side"]:
-        raise ImageRejected("too_small", f"{width}x{height} < {cfg['min_side']} px")
-    if max(width, height) > cfg["max_aspect"] * min(width, height):
-        raise ImageRejected("bad_aspect", f"{width}x{height} > {cfg['max_aspect']}:1")
+def check_size(width: int, height: int, rules: DecodeRules) -> None:
+    if min(width, height) < rules.min_side:
+        raise ImageRejected("too_small", f"{width}x{height} < {rules.min_side} px")
+    if max(width, height) > rules.max_aspect * min(width, height):
+        raise ImageRejected("bad_aspect", f"{width}x{height} > {rules.max_aspect}:1")
 
 
 def phash(rgb: Image.Image) -> int:
@@ -126,11 +138,10 @@ def phash(rgb: Image.Image) -> int:
     return int(str(imagehash.phash(rgb)), 16)
 
 
-def decode_image(data: bytes, cfg: dict) -> DecodedImage | str:
-    """DecodedImage, or the reason the bytes are rejected. `cfg`: min_side, max_aspect, max_pixels,
-    max_image_bytes, formats (see pipelines.image_pairs.ImagePairsConfig)."""
+def decode_image(data: bytes, rules: DecodeRules) -> DecodedImage | str:
+    """DecodedImage, or the reason the bytes are rejected under `rules`."""
     try:
-        rgb, facts = open_image(data, cfg, PHASH_WORK_SIDE)
+        rgb, facts = open_image(data, rules, PHASH_WORK_SIDE)
     except ImageRejected as err:
         return err.reason
     return DecodedImage(sha256=hashlib.sha256(data).hexdigest(), phash=phash(rgb), **facts)

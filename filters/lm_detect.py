@@ -47,11 +47,11 @@ class SamplingDiscrepancy:
         self.model = self.reference = self.tokenizer = None
 
     @classmethod
-    def from_config(cls, synthetic: dict) -> "SamplingDiscrepancy":
+    def from_config(cls, synthetic) -> "SamplingDiscrepancy":
         """From the pipeline's `synthetic` config section (lm_model, lm_reference_model, lm_device,
         lm_max_tokens, lm_batch, lm_dtype); not loaded yet."""
-        return cls(synthetic["lm_model"], synthetic.get("lm_reference_model"), synthetic.get("lm_device", "cpu"),
-                   synthetic.get("lm_max_tokens", 256), synthetic.get("lm_batch", 16), synthetic.get("lm_dtype"))
+        return cls(synthetic.lm_model, synthetic.lm_reference_model, synthetic.lm_device, synthetic.lm_max_tokens,
+                   synthetic.lm_batch, synthetic.lm_dtype)
 
     def __getstate__(self):
         return {**self.__dict__, "model": None, "reference": None, "tokenizer": None}

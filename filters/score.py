@@ -18,18 +18,18 @@ class BadLine(ValueError):
 
 class TextScorer:
     """Every score of the language, quality and synthetic stages for one text, and their verdict:
-    `keep`, or the first reason in stage order, with the same config sections as a run."""
+    `keep`, or the first reason in stage order, with the same config sections as a run (its `quality`,
+    `language` and `synthetic` sections)."""
 
-    def __init__(self, quality: dict | None = None, language: dict | None = None, synthetic: dict | None = None):
-        language, synthetic = language or {}, synthetic or {}
-        self.lid = LanguageIdentifier(language.get("model"), language.get("max_chars", 2000))
-        self.min_lang_score, self.languages = language.get("min_score", 0.5), language.get("languages")
-        self.quality = QualityFilter(QualityConfig.from_dict(quality or {}))
-        self.synthetic = SyntheticTextScorer(synthetic.get("llm_model"), synthetic.get("mt_model")).load()
+    def __init__(self, quality: QualityConfig, language, synthetic):
+        self.lid = LanguageIdentifier(language.model, language.max_chars)
+        self.min_lang_score, self.languages = language.min_score, language.languages
+        self.quality = QualityFilter(quality)
+        self.synthetic = SyntheticTextScorer(synthetic.llm_model, synthetic.mt_model).load()
         self.thresholds = drop_thresholds(self.synthetic.thresholds(), synthetic)
-        self.max_chars = synthetic.get("max_chars", 1500)
-        self.lm, self.lm_logit = None, synthetic.get("lm_logit")
-        if synthetic.get("lm_model"):  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
+        self.max_chars = synthetic.max_chars
+        self.lm, self.lm_logit = None, synthetic.lm_logit
+        if synthetic.lm_model:  # Fast-DetectGPT discrepancy, as the synthetic stage computes it
             self.lm = SamplingDiscrepancy.from_config(synthetic).load()
 
     def __call__(self, text: str) -> dict:

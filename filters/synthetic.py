@@ -360,10 +360,11 @@ class SyntheticTextScorer:
     __call__ = score
 
 
-def drop_thresholds(shipped: dict, cfg: dict) -> dict:
-    """The thresholds the synthetic stage drops at: `<name>_threshold` from the config, else the shipped one."""
-    return {name: cfg.get(f"{name}_threshold") if cfg.get(f"{name}_threshold") is not None else value
-            for name, value in shipped.items()}
+def drop_thresholds(shipped: dict, cfg) -> dict:
+    """The thresholds the synthetic stage drops at: `<name>_threshold` of its config section where set,
+    else the shipped one."""
+    configured = {name: getattr(cfg, f"{name}_threshold") for name in shipped}
+    return {name: value if configured[name] is None else configured[name] for name, value in shipped.items()}
 
 
 def synthetic_drop(scores: dict, thresholds: dict) -> str | None:

@@ -128,18 +128,12 @@ class PackConfig(BaseModel):
         return value
 
 
-def pack_config(section: dict | None = None) -> dict:
-    """The validated section, every default filled in, as the plain dict the transforms take."""
-    return PackConfig.model_validate(section or {}).model_dump()
-
-
-def phases(cfg: dict) -> list[Phase]:
-    """The phases of a validated pack config (`pack_config`), derived values filled in, longest
-    sequences first."""
+def phases(cfg: PackConfig) -> list[Phase]:
+    """The phases of a pack config, derived values filled in, longest sequences first."""
     out = []
-    for name, spec in cfg["phases"].items():
-        seq_len = int(spec["seq_len"])
-        chunk = int(spec.get("chunk_tokens") or seq_len)
-        group = spec.get("min_group_tokens") or math.ceil(2 / cfg["padding_target"]) * seq_len
-        out.append(Phase(name, seq_len, float(spec["share"]), chunk, int(group)))
+    for name, spec in cfg.phases.items():
+        seq_len = int(spec.seq_len)
+        chunk = int(spec.chunk_tokens or seq_len)
+        group = spec.min_group_tokens or math.ceil(2 / cfg.padding_target) * seq_len
+        out.append(Phase(name, seq_len, float(spec.share), chunk, int(group)))
     return sorted(out, key=lambda p: (-p.seq_len, p.name))

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from PIL import Image
 
-from filters.image import DEFAULT_FORMATS, ImageRejected, open_image
+from filters.image import DecodeRules, ImageRejected, open_image
 
 __all__ = ["ImageStore", "STORE_FOLDERS", "find_store_folders"]
 
@@ -40,11 +40,11 @@ STORE_FOLDERS = ("interleaved", "pairs")  # under OUT/images/
 CACHE_BYTES = 256 << 20  # decoded images kept: ~45 images at the 1344 x 1344 maximum, thousands of small ones
 
 
-def _decode_config() -> dict:
-    """filters.image.open_image settings that decode any stored image: the size rules were applied when
+def _decode_rules() -> DecodeRules:
+    """filters.image.open_image rules that decode any stored image: the size rules were applied when
     the image entered the store, so none here, but Pillow's bomb limit and the format allow-list stay."""
-    return {"max_image_bytes": 1 << 62, "formats": DEFAULT_FORMATS, "max_pixels": Image.MAX_IMAGE_PIXELS,
-            "min_side": 0, "max_aspect": float("inf")}
+    return DecodeRules(min_side=0, max_aspect=float("inf"), max_pixels=Image.MAX_IMAGE_PIXELS,
+                       max_image_bytes=1 << 62)
 
 
 def _images_folders(folder: str) -> list[str]:
@@ -133,7 +133,7 @@ class ImageStore:
             self._cache.move_to_end(key)
             return self._cache[key]
         try:
-            rgb, _ = open_image(self.encoded(sha256), _decode_config())
+            rgb, _ = open_image(self.encoded(sha256), _decode_rules())
         except ImageRejected as err:
             raise ValueError(f"image {sha256} in the store does not decode: {err}") from None
         if rgb.size != (key[2], key[1]):

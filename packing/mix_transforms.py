@@ -16,6 +16,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from packing import mixing
+from packing.config import MixConfig
 from packing.samples import INTERLEAVED, TEXT
 
 REPLACED = "replaced_by_multimodal"
@@ -58,20 +59,20 @@ def _move(element):
 
 
 # -------------------------------------------------------------------------------------------- twins
-def _with_cluster(element, modality: str, mix: dict):
+def _with_cluster(element, modality: str, mix: MixConfig):
     """(id, {doc, members}) -> the sample: (doc, modality, epochs, twin keys)."""
     doc_id, joined = element
     docs, members = list(joined["doc"]), [m for ms in joined["members"] for m in ms]
     for doc in docs:  # ids are unique per branch (the write stages); a member list without its doc is dropped
-        epochs = mixing.rehydrated(mix["epochs"][modality], 1 + len(members), mix["rehydrate"])
-        keys = [doc_id] + (members if mix["twins_by_cluster"] else [])
+        epochs = mixing.rehydrated(getattr(mix.epochs, modality), 1 + len(members), mix.rehydrate)
+        keys = [doc_id] + (members if mix.twins_by_cluster else [])
         yield {"doc": doc, "modality": modality, "epochs": epochs, "keys": keys}
 
 
 class WithEpochs(beam.PTransform):
     """A branch's documents + its clusters -> samples with their epochs and twin keys."""
 
-    def __init__(self, modality: str, mix: dict):
+    def __init__(self, modality: str, mix: MixConfig):
         super().__init__()
         self.modality, self.mix = modality, mix
 
@@ -188,14 +189,14 @@ class BalanceRatio(beam.PTransform):
     """Token records (id, modality, n_tokens, epochs) -> (records with `copies` and `epochs` scaled by
     their group's multiplier, the plan with the thresholds: one element)."""
 
-    def __init__(self, mix: dict):
+    def __init__(self, mix: MixConfig):
         super().__init__()
         self.mix = mix
 
     def expand(self, records):
         plan = (records | "Totals" >> beam.Map(_group_totals) | "SumTotals" >> beam.CombinePerKey(_sum_max)
                 | "AllTotals" >> beam.combiners.ToList()
-                | "Plan" >> beam.Map(_plan, self.mix["text_to_multimodal"], self.mix["max_epochs"]))
+                | "Plan" >> beam.Map(_plan, self.mix.text_to_multimodal, self.mix.max_epochs))
         plan_side = beam.pvalue.AsSingleton(plan)
         histogram = (records | "Histogram" >> beam.FlatMap(_histogram_entries, plan_side)
                      | "SumHistogram" >> beam.CombinePerKey(sum) | "OneHistogram" >> beam.combiners.ToList())

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from packing.config import PackConfig
+
 DEFAULT_TOKENIZER = "deepseek-v3"
 BOS_NAMES = ("<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
 EOS_NAMES = ("<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "[SEP]")
@@ -152,12 +154,12 @@ class DocTokenizer:
                                   image_id=image)
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "DocTokenizer":
+    def from_config(cls, cfg: PackConfig) -> "DocTokenizer":
         """One tokenizer per process and setting: the driver's manifest facts and the DoFns of an
         in-process runner share it (loading the DeepSeek-V3 tokenizer takes ~0.2 s; encoding does not
         change it)."""
-        return _loaded(cls, cfg["tokenizer"], cfg["add_bos"], cfg["add_eos"], cfg["bos_token"], cfg["eos_token"],
-                       cfg["pad_token"], cfg["image_token"])
+        return _loaded(cls, cfg.tokenizer, cfg.add_bos, cfg.add_eos, cfg.bos_token, cfg.eos_token, cfg.pad_token,
+                       cfg.image_token)
 
     def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         """The text tokens of each text (no BOS/EOS), as uint32 arrays (offsets are not tracked: faster)."""

@@ -45,6 +45,7 @@ from packing import mix_transforms, mixing
 from packing import shards as shard_format
 from packing.bfd import pack_lengths_csr
 from packing.chunk import ImageBlockTooLong, SampleBoundaries, split_sample
+from packing.config import PackConfig
 from packing.config import phases as configured_phases
 from packing.permute import Permutation
 from packing.phases import Phase, assign, length_bucket, make_plan
@@ -61,7 +62,7 @@ def count(key: str, n=1) -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(COUNTERS, (key, n))
 
 
-def tokenizer_info(cfg: dict) -> dict:
+def tokenizer_info(cfg: PackConfig) -> dict:
     """The tokenizer facts the manifests record (loads the tokenizer once, in the driver)."""
     return DocTokenizer.from_config(cfg).info.to_dict()
 
@@ -82,10 +83,10 @@ class _Tokenize(beam.DoFn):
     """A batch of samples -> one token record each (tokens(sample), its image blocks and its chunk ends
     per phase), or (doc, modality, reason, detail) under DROPS."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: PackConfig, vision: VisionPolicy):
         self.cfg = cfg
         self.phases = configured_phases(cfg)
-        self.policy = VisionPolicy(**cfg.get("vision", {}))  # the pipeline passes interleaved.vision
+        self.policy = vision
         self.tok = None
 
     def setup(self):
@@ -97,7 +98,7 @@ class _Tokenize(beam.DoFn):
         todo = []
         for sample, sample_parts_ in zip(batch, parts):
             if image_id is None and any(isinstance(part, ImagePart) for part in sample_parts_):
-                yield _drop(sample, "no_image_token", f"tokenizer {self.cfg['tokenizer']} has no image token")
+                yield _drop(sample, "no_image_token", f"tokenizer {self.cfg.tokenizer} has no image token")
             else:
                 todo.append((sample, sample_parts_))
         specials = len(self.tok.prefix) + len(self.tok.suffix)
@@ -114,7 +115,7 @@ class _Tokenize(beam.DoFn):
             boundary_of = functools.cache(
                 lambda enc=enc: SampleBoundaries(enc.texts, enc.images, self.tok.text_offsets))
             try:
-                by_limit = {limit: split_sample(n, limit, self.cfg["chunk_window"], boundary_of) for limit in limits}
+                by_limit = {limit: split_sample(n, limit, self.cfg.chunk_window, boundary_of) for limit in limits}
             except ImageBlockTooLong as err:
                 yield _drop(sample, "image_block_too_long", str(err))
                 continue
@@ -140,15 +141,15 @@ def _drop(sample: dict, reason: str, detail: str = "") -> beam.pvalue.TaggedOutp
 
 class TokenizeAndChunk(beam.PTransform):
     """Samples ({doc, modality, epochs}) -> token records (main output), counters (tag COUNTERS) and
-    the samples that cannot be packed (tag DROPS)."""
+    the samples that cannot be packed (tag DROPS); `vision` sizes each image's visual tokens."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: PackConfig, vision: VisionPolicy = VisionPolicy()):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.vision = cfg, vision
 
     def expand(self, samples):
-        return (samples | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_docs"])
-                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg)).with_outputs(COUNTERS, DROPS, main="docs"))
+        return (samples | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg.batch_docs)
+                | "Tokenize" >> beam.ParDo(_Tokenize(self.cfg, self.vision)).with_outputs(COUNTERS, DROPS, main="docs"))
 
 
 # ------------------------------------------------------------------------------------------ phases
@@ -188,13 +189,13 @@ class AllocatePhases(beam.PTransform):
     The plan (packing/phases.py) comes from a Combine of a length histogram; each document's phases
     then follow from its id and length alone."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: PackConfig):
         super().__init__()
         self.cfg = cfg
 
     def expand(self, docs):
         phases = configured_phases(self.cfg)
-        budget, min_seqs = self.cfg["budget_tokens"], self.cfg["min_sequences"]
+        budget, min_seqs = self.cfg.budget_tokens, self.cfg.min_sequences
         plan = (docs | "Histogram" >> beam.Map(lambda d: (length_bucket(d["n_tokens"]), (1, d["n_tokens"] * d["copies"])))
                 | "SumBuckets" >> beam.CombinePerKey(_tuple_sum)
                 | "OneHistogram" >> beam.combiners.ToList()
@@ -291,11 +292,11 @@ class _WritePackedShard(beam.DoFn):
 class _Finish(beam.DoFn):
     """Writes manifest.json (one element, after every shard) and emits the phase's counters."""
 
-    def __init__(self, directory: str, phase: Phase, cfg: dict, tokenizer: dict):
+    def __init__(self, directory: str, phase: Phase, cfg: PackConfig, tokenizer: dict):
         self.directory, self.phase, self.cfg, self.tokenizer = directory, phase, cfg, tokenizer
 
     def process(self, _, shards, groups, summary, plan, allocation, mix):
-        p, target = self.phase, self.cfg["padding_target"]
+        p, target = self.phase, self.cfg.padding_target
         rates = [(n * p.seq_len - t) / (n * p.seq_len) for _, n, t in groups if n]
         status, section = "ok", {}
         if plan is not None:
@@ -310,7 +311,7 @@ class _Finish(beam.DoFn):
             p.name, p.seq_len, p.chunk_tokens, self.tokenizer, shards, status=status, padding_target=target,
             chunks=figures["chunks"], documents=figures["documents"], groups=len(groups),
             min_group_tokens=p.min_group_tokens, max_group_padding_rate=max(rates, default=0.0),
-            groups_above_target=sum(r > target for r in rates), seed=self.cfg["seed"], allocation=section,
+            groups_above_target=sum(r > target for r in rates), seed=self.cfg.seed, allocation=section,
             modalities=modality_section(figures, mix))
         with FileSystems.create(FileSystems.join(self.directory, shard_format.MANIFEST)) as fh:
             fh.write(shard_format.manifest_bytes(meta))
@@ -364,14 +365,14 @@ class PackAndWrite(beam.PTransform):
     (from AllocatePhases) add the phase's status and allocation figures to the manifest, `mix` (from
     BalanceRatio) the epoch multipliers; without them the phase is reported on its own."""
 
-    def __init__(self, cfg: dict, directory: str, phase: Phase, tokenizer: dict, plan=None, allocation=None,
+    def __init__(self, cfg: PackConfig, directory: str, phase: Phase, tokenizer: dict, plan=None, allocation=None,
                  mix=None):
         super().__init__()
         self.cfg, self.directory, self.phase, self.tokenizer = cfg, directory, phase, tokenizer
         self.plan, self.allocation, self.mix = plan, allocation, mix
 
     def expand(self, chunks):
-        p, phase, seed = chunks.pipeline, self.phase, self.cfg["seed"]
+        p, phase, seed = chunks.pipeline, self.phase, self.cfg.seed
         lengths = chunks | "Lengths" >> beam.Map(lambda c: (_chunk_id(c), c["length"]))
         summary = (chunks | "Summary" >> beam.Map(_chunk_summary)
                    | "SumSummary" >> beam.CombineGlobally(_tuple_sum)
@@ -383,7 +384,7 @@ class PackAndWrite(beam.PTransform):
                   | "GroupChunks" >> beam.GroupByKey()
                   | "PackGroup" >> beam.ParDo(_PackGroup(phase.seq_len)).with_outputs(GROUPS, main="sequences"))
         where = (packed[GROUPS] | "OneGroupList" >> beam.combiners.ToList()
-                 | "Layout" >> beam.Map(layout, phase.seq_len, self.cfg["shard_tokens"]))
+                 | "Layout" >> beam.Map(layout, phase.seq_len, self.cfg.shard_tokens))
         where_side = beam.pvalue.AsSingleton(where)
         places = packed.sequences | "Place" >> beam.ParDo(_Place(seed), where=where_side)
         keyed = chunks | "KeyByChunk" >> beam.Map(lambda c: (_chunk_id(c), c))
@@ -430,7 +431,7 @@ class _RunManifest(beam.DoFn):
     """OUT/shards/manifest.json: the corpus after mixing (tokens by modality over every copy, the ratio,
     the multipliers and thresholds, the twins) and each phase's main figures."""
 
-    def __init__(self, directory: str, cfg: dict):
+    def __init__(self, directory: str, cfg: PackConfig):
         self.directory, self.cfg = directory, cfg
 
     def process(self, _, plan, totals, phases, counters):
@@ -457,7 +458,8 @@ class _RunManifest(beam.DoFn):
             "largest_sample_tokens": largest, "thresholds": plan["thresholds"],
             "twins": {"text_replaced": counters.get("mix/replaced_by_multimodal", 0),
                       "multimodal_with_text_twin": counters.get("mix/multimodal_with_twin", 0)},
-            "epochs": self.cfg["mix"], "phases": {m["phase"]: m for m in sorted(phases, key=lambda m: m["phase"])}}
+            "epochs": self.cfg.mix.model_dump(),
+            "phases": {m["phase"]: m for m in sorted(phases, key=lambda m: m["phase"])}}
         with FileSystems.create(FileSystems.join(self.directory, shard_format.MANIFEST)) as fh:
             fh.write(shard_format.manifest_bytes(meta))
         yield f"mix/status:{plan['status']}", 1
@@ -466,14 +468,16 @@ class _RunManifest(beam.DoFn):
 class BuildShards(beam.PTransform):
     """Text documents (+ ShardInputs) -> OUT/shards/<phase>/ for every configured phase and
     OUT/shards/manifest.json (BuildShardsResult): samples with their epochs, text twins replaced by
-    their multimodal versions, tokens, the exact text : multimodal ratio, phases, packing."""
+    their multimodal versions, tokens, the exact text : multimodal ratio, phases, packing; `vision`
+    sizes each image's visual tokens."""
 
-    def __init__(self, cfg: dict, directory: str, inputs: ShardInputs = ShardInputs()):
+    def __init__(self, cfg: PackConfig, directory: str, inputs: ShardInputs = ShardInputs(),
+                 vision: VisionPolicy = VisionPolicy()):
         super().__init__()
-        self.cfg, self.directory, self.inputs = cfg, directory, inputs
+        self.cfg, self.directory, self.inputs, self.vision = cfg, directory, inputs, vision
 
     def expand(self, text_docs):
-        p, mix, info, inputs = text_docs.pipeline, self.cfg["mix"], tokenizer_info(self.cfg), self.inputs
+        p, mix, info, inputs = text_docs.pipeline, self.cfg.mix, tokenizer_info(self.cfg), self.inputs
         text = ((text_docs, _clusters(p, inputs.text_dedup, "TextClusters"))
                 | "TextSamples" >> mix_transforms.WithEpochs(TEXT, mix))
         samples, drops = [text], []
@@ -481,10 +485,11 @@ class BuildShards(beam.PTransform):
             samples.append((inputs.interleaved, _clusters(p, inputs.interleaved_dedup, "InterleavedClusters"))
                            | "InterleavedSamples" >> mix_transforms.WithEpochs(INTERLEAVED, mix))
         if inputs.pairs is not None:
-            base = mix["epochs"][PAIR]
+            base = mix.epochs.pair
             samples.append(inputs.pairs | "PairSamples" >> beam.Map(
                 lambda doc: {"doc": doc, "modality": PAIR, "epochs": base, "keys": []}))
-        tokens = samples | "AllSamples" >> beam.Flatten() | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg)
+        tokens = (samples | "AllSamples" >> beam.Flatten()
+                  | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg, self.vision))
         records, counts = tokens.docs, [tokens[COUNTERS]]
         if inputs.interleaved is not None:
             by_modality = records | "ByModality" >> beam.Partition(

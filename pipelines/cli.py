@@ -29,7 +29,7 @@ def _score(args, _):
     if not os.path.isfile(args.input):
         raise UserError(f"--input {args.input}: no such file")
     try:
-        scorer = TextScorer(cfg.quality.model_dump(), cfg.language.model_dump(), cfg.synthetic.model_dump())
+        scorer = TextScorer(cfg.quality, cfg.language, cfg.synthetic)
         scored, skipped = score_jsonl(args.input, args.output, scorer)
     except BadLine as err:
         raise UserError(str(err)) from None

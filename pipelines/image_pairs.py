@@ -35,7 +35,7 @@ from pydantic import Field, StrictBool, model_validator
 from dedup.image import (CosineAtLeast, DedupPairs, HammingWithin, NearDupClusters, embedding_node,
                          phash_node, public_row, rank_first_use, rank_largest, rank_most_relevant)
 from dedup.near import COUNTERS
-from filters.image import DEFAULT_FORMATS
+from filters.image import DEFAULT_FORMATS, DecodeRules
 from pipelines.stage import Section
 
 DROPPED = "dropped"
@@ -144,6 +144,10 @@ class ImagePairsConfig(Section):
             raise ValueError("embedding_dedup needs relevance.model")
         return self
 
+    def decode_rules(self) -> DecodeRules:
+        """This branch's decoding limits (filters/image.py)."""
+        return DecodeRules(self.min_side, self.max_aspect, self.max_pixels, self.max_image_bytes, tuple(self.formats))
+
 
 PAIR_SCHEMA = pa.schema([
     ("id", pa.string()), ("page_id", pa.string()), ("page_url", pa.string()), ("warc_file", pa.string()),
@@ -164,11 +168,6 @@ IMAGE_SCHEMA = pa.schema([
     ("height", pa.int64()), ("format", pa.string()), ("frames", pa.int64()), ("phash", pa.string())])
 
 
-def image_pairs_config(section: dict | None) -> dict:
-    """The validated section, every default filled in, as the plain dict the transforms take."""
-    return ImagePairsConfig.model_validate(section or {}).model_dump()
-
-
 def _counter(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(COUNTERS, (PREFIX + key, n))
 
@@ -182,12 +181,12 @@ class _WithAltRules(beam.DoFn):
     """Base of the DoFns that apply check_image_ref: the language identifier for `alt_languages`
     loads once per worker."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: ImagePairsConfig):
         self.cfg = cfg
         self.lid = None
 
     def setup(self):
-        if self.cfg["alt_languages"]:
+        if self.cfg.alt_languages:
             from filters.language import LanguageIdentifier
 
             self.lid = LanguageIdentifier()
@@ -250,7 +249,7 @@ class _RecycledRefs(_WithAltRules):
 
         yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
         yield _counter(f"recycled/from/{cand['recycled_from']}")
-        chars, limit = self.cfg["context_chars"], self.cfg["recycle"]["adjacent_max_chars"]
+        chars, limit = self.cfg.context_chars, self.cfg.recycle.adjacent_max_chars
         before, after = (cand["text_before"] or "")[-chars:], (cand["text_after"] or "")[:chars]
         row = {"id": xxhash.xxh3_128_hexdigest(f"{cand['page_id']}/{cand['position']}/recycled".encode()),
                **{k: cand[k] for k in ("page_id", "page_url", "warc_file", "warc_date", "img_url", "position")},
@@ -305,7 +304,7 @@ class _Fetch(beam.DoFn):
     """A batch of URLs -> (url, bytes) or (url, reason, detail) under "failed", fetched concurrently
     by one SafeFetcher per worker."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: FetchConfig):
         self.cfg = cfg
         self.fetcher = self.pool = None
 
@@ -313,10 +312,10 @@ class _Fetch(beam.DoFn):
         from extract.fetch import SafeFetcher
 
         c = self.cfg
-        self.fetcher = SafeFetcher(c["user_agent"], c["max_bytes"], c["timeout_s"], c["retries"], c["backoff_s"],
-                                   allow_private=c["allow_private"], respect_robots=c["respect_robots"],
-                                   min_bytes_per_s=c["min_bytes_per_s"])
-        self.pool = ThreadPoolExecutor(max_workers=c["threads"])
+        self.fetcher = SafeFetcher(c.user_agent, c.max_bytes, c.timeout_s, c.retries, c.backoff_s,
+                                   allow_private=c.allow_private, respect_robots=c.respect_robots,
+                                   min_bytes_per_s=c.min_bytes_per_s)
+        self.pool = ThreadPoolExecutor(max_workers=c.threads)
 
     def teardown(self):
         if self.pool is not None:
@@ -347,14 +346,14 @@ def _any(values):
 class _Decode(beam.DoFn):
     """(sha256, bytes) -> (sha256, (IMG, image row)) or (sha256, (FAIL, reason, ""))."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
+    def __init__(self, rules: DecodeRules):
+        self.rules = rules
 
     def process(self, element):
         from filters.image import decode_image
 
         sha, payload = element
-        decoded = decode_image(payload, self.cfg)
+        decoded = decode_image(payload, self.rules)
         if isinstance(decoded, str):
             yield _counter(f"rejected/{decoded}")
             yield sha, (_FAIL, decoded, "")
@@ -423,32 +422,32 @@ class _Score(beam.DoFn):
     low_relevance. With embedding dedup on, the pair also carries its unit image embedding and its
     SimHash. The model loads once per worker in setup()."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
+    def __init__(self, cfg: ImagePairsConfig):
+        self.cfg, self.rules = cfg, cfg.decode_rules()
         self.scorer = self.planes = None
 
     def setup(self):
         from filters.image import ClipScorer
 
-        self.scorer = ClipScorer(self.cfg["relevance"]["model"], self.cfg["relevance"]["device"])
+        self.scorer = ClipScorer(self.cfg.relevance.model, self.cfg.relevance.device)
 
     def _simhash(self, vectors: np.ndarray) -> list[str]:
         """SimHash bits of each row, as hex (see _BucketEdges)."""
-        emb = self.cfg["embedding_dedup"]
+        emb = self.cfg.embedding_dedup
         if self.planes is None:
-            self.planes = np.random.default_rng(emb["seed"]).standard_normal((emb["bits"], vectors.shape[1]))
+            self.planes = np.random.default_rng(emb.seed).standard_normal((emb.bits, vectors.shape[1]))
         signs = (vectors @ self.planes.T) > 0
         return [f"{int(''.join('1' if s else '0' for s in row), 2):0{len(row) // 4}x}" for row in signs]
 
     def process(self, batch):
         from filters.image import open_image
 
-        images = [open_image(p["image"]["bytes"], self.cfg, 448)[0] for p in batch]
+        images = [open_image(p["image"]["bytes"], self.rules, 448)[0] for p in batch]
         img, txt = self.scorer.encode(images, [p["alt"] for p in batch])
         scores = (img * txt).sum(axis=1)
-        dedup = self.cfg["embedding_dedup"]["enabled"]
+        dedup = self.cfg.embedding_dedup.enabled
         hashes = self._simhash(img) if dedup else [None] * len(batch)
-        threshold = self.cfg["relevance"]["threshold"]
+        threshold = self.cfg.relevance.threshold
         for pair, vector, score, bits in zip(batch, img, scores, hashes):
             score = round(float(score), 6)
             pair = {**pair, "scores": dict(sorted({**dict(pair["scores"]), "clip": score}.items()))}
@@ -475,9 +474,9 @@ class ImageBytes(beam.PTransform):
     `not_in_warc`; each distinct body decoded once under `decode` (default: `cfg`'s own limits). The
     pairs and interleaved branches share it."""
 
-    def __init__(self, cfg: dict, decode: dict | None = None):
+    def __init__(self, cfg: ImagePairsConfig, decode: DecodeRules | None = None):
         super().__init__()
-        self.cfg, self.decode = cfg, decode or cfg
+        self.cfg, self.decode = cfg, decode or cfg.decode_rules()
 
     def expand(self, pcolls):
         needed, records = pcolls
@@ -488,10 +487,10 @@ class ImageBytes(beam.PTransform):
                     | "PickCapture" >> beam.ParDo(_PickCapture(_agent(cfg))).with_outputs(
                         "missing", "failed", COUNTERS, main="bytes"))
         counters, failed, by_url = [captures[COUNTERS]], [captures.failed], [captures.bytes]
-        if cfg["fetch"]["enabled"]:
+        if cfg.fetch.enabled:
             fetched = (captures.missing
-                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=cfg["fetch"]["batch_size"])
-                       | "Fetch" >> beam.ParDo(_Fetch(cfg["fetch"])).with_outputs("failed", COUNTERS, main="bytes"))
+                       | "BatchUrls" >> beam.BatchElements(min_batch_size=1, max_batch_size=cfg.fetch.batch_size)
+                       | "Fetch" >> beam.ParDo(_Fetch(cfg.fetch)).with_outputs("failed", COUNTERS, main="bytes"))
             by_url.append(fetched.bytes)
             failed.append(fetched.failed)
             counters.append(fetched[COUNTERS])
@@ -523,9 +522,9 @@ class ImagePairs(beam.PTransform):
     see _ExtractRefs; image records: {"url", "payload", "content_type", "x_robots_tag"}
     (extract.images.image_record); candidates: RECYCLE_SCHEMA rows (_RecycledRefs)."""
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: ImagePairsConfig = ImagePairsConfig()):
         super().__init__()
-        self.cfg = image_pairs_config(config)
+        self.cfg = config
 
     def expand(self, pcolls):
         pages, records, *recycled = pcolls
@@ -561,26 +560,26 @@ class ImagePairs(beam.PTransform):
         drops.append(exact[DROPPED])
         counters.append(exact[COUNTERS])
 
-        ph = cfg["phash"]
+        ph = cfg.phash
         pairs, near_drops, near_counters = exact.pairs | "PhashDedup" >> DedupPairs(
-            NearDupClusters(HammingWithin(ph["threshold"]), 64, ph["bands"], ph["key_bands"], ph["max_reps"],
-                            ph["max_rounds"], PREFIX + "near/"),
+            NearDupClusters(HammingWithin(ph.threshold), 64, ph.bands, ph.key_bands, ph.max_reps, ph.max_rounds,
+                            PREFIX + "near/"),
             phash_node, rank_largest, "image_near_dup")
         drops.append(near_drops)
         counters.append(near_counters)
 
-        if cfg["relevance"]["model"]:
+        if cfg.relevance.model:
             scored = (pairs | "BatchPairs" >> beam.BatchElements(min_batch_size=1,
-                                                                 max_batch_size=cfg["relevance"]["batch_size"])
+                                                                 max_batch_size=cfg.relevance.batch_size)
                       | "Relevance" >> beam.ParDo(_Score(cfg)).with_outputs(DROPPED, COUNTERS, main="pairs"))
             pairs = scored.pairs
             drops.append(scored[DROPPED])
             counters.append(scored[COUNTERS])
-            emb = cfg["embedding_dedup"]
-            if emb["enabled"]:
+            emb = cfg.embedding_dedup
+            if emb.enabled:
                 pairs, sem_drops, sem_counters = pairs | "EmbeddingDedup" >> DedupPairs(
-                    NearDupClusters(CosineAtLeast(emb["threshold"]), emb["bits"], emb["bands"], emb["key_bands"],
-                                    emb["max_reps"], emb["max_rounds"], PREFIX + "semantic/"),
+                    NearDupClusters(CosineAtLeast(emb.threshold), emb.bits, emb.bands, emb.key_bands, emb.max_reps,
+                                    emb.max_rounds, PREFIX + "semantic/"),
                     embedding_node, rank_most_relevant, "image_semantic_dup")
                 drops.append(sem_drops)
                 counters.append(sem_counters)
@@ -599,6 +598,6 @@ class ImagePairs(beam.PTransform):
             counters=counters | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum))
 
 
-def _agent(cfg: dict) -> str:
+def _agent(cfg: ImagePairsConfig) -> str:
     """The robots product token of the configured user agent."""
-    return cfg["fetch"]["user_agent"].split("/", 1)[0].strip()
+    return cfg.fetch.user_agent.split("/", 1)[0].strip()

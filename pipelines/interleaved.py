@@ -40,9 +40,12 @@ from dedup.image import SplitFrequentImageUrls
 from dedup.multimodal import DedupSameImages, ImageReach, image_set_key
 from dedup.near import DUPLICATES, PARTITION, SURVIVOR_RULES
 from extract.interleaved import CELL_SEPARATOR, recycle_candidates
+from filters.image import DecodeRules
 from filters.nodes import NodeRules, filter_text_nodes
+from packing.vision import VisionPolicy
 from pipelines import io
 from pipelines.io import SCORES
+from pipelines.image_pairs import ImagePairsConfig, PhashConfig, RelevanceConfig
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Built, DocumentStage, DocumentStep, Drop, Section,
                              Stage, counter, drop_row, dropped, register, with_scores)
 from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, NearDedupStage, ScoreSyntheticText,
@@ -69,6 +72,10 @@ class VisionConfig(Section):
                                                  "autoregressive-stage resolution: sides in [544, 1344])")
     max_side: int = Field(1344, gt=0, description="the longer side is scaled down to at most this")
     merge: int = Field(2, gt=0, description="spatial merge per side: tokens = (H / (patch*merge)) * (W / (patch*merge))")
+
+    def policy(self) -> VisionPolicy:
+        """The same settings as the packing library's VisionPolicy."""
+        return VisionPolicy(patch=self.patch, min_side=self.min_side, max_side=self.max_side, merge=self.merge)
 
 
 class InterleavedConfig(Section):
@@ -118,7 +125,7 @@ class _ParsePdf(beam.DoFn):
     drop with the PDF's reason (PDF_REASONS). A scanned PDF (no text layer) is dropped, its page and
     image counts kept, so the stats show what OCR would recover."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: InterleavedConfig):
         self.cfg = cfg
 
     def process(self, pdf):
@@ -128,8 +135,8 @@ class _ParsePdf(beam.DoFn):
         yield counter("pdf/in")
         base = {k: pdf.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         try:
-            parsed = parse_pdf(pdf["payload"], self.cfg["pdf_timeout_ms"], self.cfg["pdf_memory_mb"],
-                               self.cfg["pdf_max_pages"], self.cfg["min_side"])
+            parsed = parse_pdf(pdf["payload"], self.cfg.pdf_timeout_ms, self.cfg.pdf_memory_mb,
+                               self.cfg.pdf_max_pages, self.cfg.min_side)
             reason, detail = parsed["reason"], parsed["detail"]
         except SandboxError as err:
             parsed, (reason, detail) = {"pages": 0, "nodes": []}, err.args
@@ -163,7 +170,7 @@ class _Linearise(beam.DoFn):
     """Page -> its document (image nodes carry `position`), with the URL rules applied per image; a
     page that cannot be read is one dropped document."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: InterleavedConfig):
         self.cfg = cfg
 
     def process(self, page):
@@ -188,7 +195,7 @@ class _Linearise(beam.DoFn):
                 continue
             # a page that opts its images out of AI use (noai, noimageai) keeps none, as in the pairs branch
             reason = ("page_noai" if noai
-                      else check_image_url(node.image, self.cfg["min_side"], self.cfg["chrome_words"]))
+                      else check_image_url(node.image, self.cfg.min_side, self.cfg.chrome_words))
             if reason:
                 yield counter(f"images/{reason}")
                 continue
@@ -267,10 +274,9 @@ class BuildInterleavedDocs(beam.PTransform):
     """HTML pages (the read stage's documents) and `pdfs` (its PDF responses, optional) -> stage-1
     interleaved documents (module docstring)."""
 
-    def __init__(self, cfg: dict | None = None, pdfs=None):
+    def __init__(self, cfg: InterleavedConfig = InterleavedConfig(), pdfs=None):
         super().__init__()
-        self.cfg = InterleavedConfig.model_validate(cfg or {}).model_dump()
-        self.pdfs = pdfs
+        self.cfg, self.pdfs = cfg, pdfs
 
     def expand(self, pages):
         web = pages | "Linearise" >> beam.ParDo(_Linearise(self.cfg)).with_outputs(DROPPED, COUNTERS, main="docs")
@@ -286,7 +292,7 @@ class BuildInterleavedDocs(beam.PTransform):
         refs = docs | "ImageRefs" >> beam.FlatMap(
             lambda doc: [(doc["id"], {"url": n["image_url"], "position": n["position"]})
                          for n in doc["nodes"] if n["type"] == "image"])
-        split = refs | "FrequentUrls" >> SplitFrequentImageUrls(self.cfg["max_pages_per_url"])
+        split = refs | "FrequentUrls" >> SplitFrequentImageUrls(self.cfg.max_pages_per_url)
         frequent = split.frequent | "FrequentPositions" >> beam.Map(lambda r: (r[0][0], r[0][1]["position"]))
         final = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "frequent": frequent}
                  | "JoinFrequent" >> beam.CoGroupByKey()
@@ -318,16 +324,16 @@ class _AttachImages(beam.DoFn):
     `too_many_images` above `max_images`. Emits the sha256 of every image a kept document uses (tag
     "used"), for the image store."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: InterleavedConfig):
         self.cfg = cfg
 
     def process(self, element):
-        from packing.vision import VisionPolicy, visual_tokens
+        from packing.vision import visual_tokens
 
         _, group = element
         (doc,) = group["doc"]
         outcomes = dict(group["images"])
-        policy = VisionPolicy(**self.cfg["vision"])
+        policy = self.cfg.vision.policy()
         seen, nodes = set(), []
         yield counter("images/in", sum(1 for n in doc["nodes"] if n["type"] == "image"))
         for node in doc["nodes"]:
@@ -351,7 +357,7 @@ class _AttachImages(beam.DoFn):
         if not images and needs_images(doc):
             yield dropped(drop_row(doc, "interleaved_images", "no_images"))
             return
-        if len(images) > self.cfg["max_images"]:
+        if len(images) > self.cfg.max_images:
             yield dropped(drop_row(doc, "interleaved_images", "too_many_images", f"{len(images)} images"))
             return
         yield counter("images/kept", len(images))
@@ -368,7 +374,7 @@ class AttachImages(beam.PTransform):
     `image_pairs.fetch.enabled`, else `not_in_warc`; each distinct body is decoded once, with the pairs
     branch's defensive decoder and its limits, under this branch's size and aspect rules."""
 
-    def __init__(self, cfg: dict, pairs_cfg: dict):
+    def __init__(self, cfg: InterleavedConfig, pairs_cfg: ImagePairsConfig):
         super().__init__()
         self.cfg, self.pairs_cfg = cfg, pairs_cfg
 
@@ -379,8 +385,7 @@ class AttachImages(beam.PTransform):
         refs = docs | "Refs" >> beam.FlatMap(
             lambda d: sorted({(n["image_url"], d["id"]) for n in d["nodes"] if n["type"] == "image"}))
         needed = refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
-        rules = {**self.pairs_cfg, "min_side": self.cfg["min_side"], "max_aspect": self.cfg["max_aspect"]}
-        got = (needed, records) | "ImageBytes" >> ImageBytes(self.pairs_cfg, rules)
+        got = (needed, records) | "ImageBytes" >> ImageBytes(self.pairs_cfg, decode_rules(self.cfg, self.pairs_cfg))
         counters = [got.counters]
         outcomes = ({"url": got.url_sha | "BySha" >> beam.MapTuple(lambda url, tagged: (tagged[1], url)),
                      "image": got.decoded}
@@ -460,11 +465,9 @@ class WithImageBytes(beam.PTransform):
                 | "Join" >> JoinImagesToDocs() | "WithBytes" >> beam.Map(_with_image_bytes))
 
 
-def decode_rules(cfg) -> dict:
-    """The pairs branch's decoder limits under this branch's size and aspect rules, as the plain dict
-    filters/image.py takes."""
-    return {**cfg.image_pairs.model_dump(), "min_side": cfg.interleaved.min_side,
-            "max_aspect": cfg.interleaved.max_aspect}
+def decode_rules(interleaved: InterleavedConfig, pairs: ImagePairsConfig) -> DecodeRules:
+    """The pairs branch's decoder limits under this branch's size and aspect rules."""
+    return pairs.decode_rules()._replace(min_side=interleaved.min_side, max_aspect=interleaved.max_aspect)
 
 
 # --------------------------------------------------------------- stage 3: image-aware filter and dedup
@@ -543,14 +546,14 @@ class _ScoreRelevance(beam.DoFn):
     kept cosine in scores.clip_min (rounded to 1e-4: batch composition never changes a byte); or
     `no_images` when none is left. The model (the pairs branch's `relevance` section) loads in setup()."""
 
-    def __init__(self, relevance: dict, decode: dict):
+    def __init__(self, relevance: RelevanceConfig, decode: DecodeRules):
         self.relevance, self.decode = relevance, decode
         self.scorer = None
 
     def setup(self):
         from filters.image import ClipScorer
 
-        self.scorer = ClipScorer(self.relevance["model"], self.relevance["device"])
+        self.scorer = ClipScorer(self.relevance.model, self.relevance.device)
 
     def process(self, batch):
         from filters.image import open_image
@@ -561,7 +564,7 @@ class _ScoreRelevance(beam.DoFn):
             texts += [image_text(doc["nodes"], i) for i, n in enumerate(doc["nodes"]) if n["type"] == "image"]
         img, txt = self.scorer.encode(images, texts) if images else ([], [])
         cosines = iter([round(float(c), 4) for c in (img * txt).sum(axis=1)] if images else [])
-        threshold = self.relevance["threshold"]
+        threshold = self.relevance.threshold
         for doc, _ in batch:
             score = {id(n): next(cosines) for n in doc["nodes"] if n["type"] == "image"}  # by node identity
             yield counter("images/relevance/scored", len(score))
@@ -583,8 +586,8 @@ class ImageAwareDedup(beam.PTransform):
     drops, counters); with a relevance model, the kept documents' images are then scored against
     their text (_ScoreRelevance: `store` gives the bytes), else counted `images/relevance/skipped_no_model`."""
 
-    def __init__(self, cfg: dict, phash: dict, survivor: str, relevance: dict | None = None, store=None,
-                 decode: dict | None = None):
+    def __init__(self, cfg: InterleavedDedupConfig, phash: PhashConfig, survivor: str,
+                 relevance: RelevanceConfig | None = None, store=None, decode: DecodeRules | None = None):
         super().__init__()
         self.cfg, self.phash, self.rank = cfg, phash, SURVIVOR_RULES[survivor]
         self.relevance, self.store, self.decode = relevance, store, decode
@@ -594,16 +597,16 @@ class ImageAwareDedup(beam.PTransform):
         uses = docs | "Uses" >> beam.FlatMap(_image_refs)
         reach = (uses | "PerImage" >> beam.CombinePerKey(_sum_uses)
                  | "Swap" >> beam.MapTuple(lambda sha, n_phash: (sha, (n_phash[1], n_phash[0])))
-                 | "Reach" >> ImageReach(ph["threshold"], ph["bands"], ph["key_bands"], cfg["max_reps"]))
+                 | "Reach" >> ImageReach(ph.threshold, ph.bands, ph.key_bands, cfg.max_reps))
         filtered = ((docs, reach) | "JoinReach" >> JoinImagesToDocs()
-                    | "RemoveFrequent" >> beam.ParDo(_RemoveFrequent(cfg["max_docs_per_image"])).with_outputs(
+                    | "RemoveFrequent" >> beam.ParDo(_RemoveFrequent(cfg.max_docs_per_image)).with_outputs(
                         DROPPED, COUNTERS, main="docs"))
-        deduped = filtered.docs | "SameImages" >> DedupSameImages(self.rank, cfg["text_threshold"], cfg["max_reps"])
+        deduped = filtered.docs | "SameImages" >> DedupSameImages(self.rank, cfg.text_threshold, cfg.max_reps)
         counters, drops, kept = [filtered[COUNTERS], deduped[COUNTERS]], [filtered[DROPPED]], deduped.kept
-        if self.relevance and self.relevance["model"]:
+        if self.relevance and self.relevance.model:
             scored = ((kept, self.store) | "ImageBytes" >> WithImageBytes()
                       | "Batch" >> beam.BatchElements(min_batch_size=1,
-                                                      max_batch_size=max(1, self.relevance["batch_size"] // 4))
+                                                      max_batch_size=max(1, self.relevance.batch_size // 4))
                       | "Relevance" >> beam.ParDo(_ScoreRelevance(self.relevance, self.decode)).with_outputs(
                           DROPPED, COUNTERS, main="docs"))
             kept = scored.docs
@@ -639,7 +642,7 @@ class _ScoreVlm(beam.DoFn):
     dropped as vlm_low_score (tag "recycle": the document, for its images). The model loads once per
     worker in setup()."""
 
-    def __init__(self, cfg: dict, decode: dict):
+    def __init__(self, cfg: InterleavedVlmConfig, decode: DecodeRules):
         self.cfg, self.decode = cfg, decode
         self.scorer = None
 
@@ -647,19 +650,19 @@ class _ScoreVlm(beam.DoFn):
         from filters.vlm import VlmScorer
 
         c = self.cfg
-        self.scorer = VlmScorer(c["model"], c["device"], c["max_side"], c["max_text_chars"])
+        self.scorer = VlmScorer(c.model, c.device, c.max_side, c.max_text_chars)
 
     def process(self, batch):
         from filters.image import open_image
 
-        inputs = [([open_image(b, self.decode, self.cfg["max_side"])[0] for b in images],
+        inputs = [([open_image(b, self.decode, self.cfg.max_side)[0] for b in images],
                    "\n\n".join(n["text"] for n in doc["nodes"] if n["type"] == "text")) for doc, images in batch]
         for (doc, _), score in zip(batch, self.scorer.score(inputs)):
             doc = with_scores(doc, vlm=round(score, 4))
             yield counter("vlm/scored")
-            if doc["scores"]["vlm"] < self.cfg["min_score"]:
+            if doc["scores"]["vlm"] < self.cfg.min_score:
                 yield dropped(drop_row(doc, "interleaved_vlm", "vlm_low_score",
-                                       f"{doc['scores']['vlm']:.4f} < {self.cfg['min_score']}"))
+                                       f"{doc['scores']['vlm']:.4f} < {self.cfg.min_score}"))
                 yield beam.pvalue.TaggedOutput("recycle", doc)
             else:
                 yield doc
@@ -669,7 +672,7 @@ class ScoreWithVlm(beam.PTransform):
     """(documents, image store rows) -> (kept, drops, recycle: dropped documents, counters): each document
     with the bytes of its images (a two-pass join by sha256, then by document), batched, scored."""
 
-    def __init__(self, cfg: dict, decode: dict):
+    def __init__(self, cfg: InterleavedVlmConfig, decode: DecodeRules):
         super().__init__()
         self.cfg, self.decode = cfg, decode
 
@@ -678,7 +681,7 @@ class ScoreWithVlm(beam.PTransform):
         split = docs | "HasImages" >> beam.Partition(
             lambda d, _: int(any(n["type"] == "image" for n in d["nodes"])), 2)
         scored = ((split[1], images) | "ImageBytes" >> WithImageBytes()
-                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg["batch_size"])
+                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.cfg.batch_size)
                   | "Score" >> beam.ParDo(_ScoreVlm(self.cfg, self.decode)).with_outputs(
                       DROPPED, COUNTERS, "recycle", main="docs"))
         unscored = split[0] | "NoImages" >> beam.Map(lambda _: ("vlm/no_images", 1))  # a PDF without images
@@ -940,9 +943,8 @@ class InterleavedImagesStage(Stage):
                                "interleaved_images/PdfImages")
                       | "interleaved_images/ReadPdfImages" >> beam.io.ReadAllFromParquet())
         records = (read_warcs(p, cfg).image, pdf_images) | "interleaved_images/AllRecords" >> beam.Flatten()
-        kept, images, drops, counters = ((docs, records)
-                                         | "interleaved_images/Attach" >> AttachImages(cfg.interleaved.model_dump(),
-                                                                                       cfg.image_pairs.model_dump()))
+        kept, images, drops, counters = (
+            (docs, records) | "interleaved_images/Attach" >> AttachImages(cfg.interleaved, cfg.image_pairs))
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
             io.join(root, "images", "interleaved"), IMAGE_SCHEMA, cfg.write.shards)
         _STORE[p] = images  # the later stages' image bytes, in this pipeline
@@ -981,8 +983,8 @@ class InterleavedDedupStage(Stage):
         name = self.name
         relevance = cfg.image_pairs.relevance
         kept, dups, drops, counters = docs | f"{name}/Dedup" >> ImageAwareDedup(
-            getattr(cfg, name).model_dump(), cfg.image_pairs.phash.model_dump(), cfg.near_dedup.survivor,
-            relevance.model_dump(), image_store(p, root) if relevance.model else None, decode_rules(cfg))
+            getattr(cfg, name), cfg.image_pairs.phash, cfg.near_dedup.survivor, relevance,
+            image_store(p, root) if relevance.model else None, decode_rules(cfg.interleaved, cfg.image_pairs))
         dup_rows = dups | f"{name}/Drops" >> beam.MapTuple(
             lambda doc, survivor, size: drop_row(with_scores(doc, **{f"{name}_group_size": float(size)}), name,
                                                  "multimodal_duplicate", survivor))
@@ -1012,8 +1014,9 @@ class InterleavedVlmStage(Stage):
             zero = p | f"{name}/Zero" >> beam.Create([("vlm/skipped_no_model", 0)])
             counters = (skipped, zero) | f"{name}/Counters" >> beam.Flatten()
             return Built(docs, none, counters, (write_recycle(none, root, name),))
-        kept, drops, rejected, counters = ((docs, image_store(p, root))
-                                           | f"{name}/Score" >> ScoreWithVlm(c.model_dump(), decode_rules(cfg)))
+        kept, drops, rejected, counters = (
+            (docs, image_store(p, root))
+            | f"{name}/Score" >> ScoreWithVlm(c, decode_rules(cfg.interleaved, cfg.image_pairs)))
         candidates = rejected | f"{name}/Recycle" >> beam.FlatMap(_recycle(name, "vlm_low_score"))
         return Built(kept, drops, counters, (write_recycle(candidates, root, name),))
 

@@ -136,9 +136,10 @@ def _quality_figures(rows: list[dict], cfg: dict) -> list[dict]:
 def _synthetic_thresholds(cfg: dict) -> dict:
     try:
         from filters.synthetic import SyntheticTextScorer, drop_thresholds
+        from pipelines.stages import SyntheticConfig
 
-        section = cfg["synthetic"]
-        scorer = SyntheticTextScorer(section["llm_model"], section["mt_model"], section["max_chars"]).load()
+        section = SyntheticConfig.model_validate(cfg["synthetic"])
+        scorer = SyntheticTextScorer(section.llm_model, section.mt_model, section.max_chars).load()
         return drop_thresholds(scorer.thresholds(), section)
     except Exception:  # a report must not fail on a model it cannot open; the plots then lack the line
         return {}

@@ -177,9 +177,10 @@ _IMAGE_PAGES: "weakref.WeakKeyDictionary[beam.Pipeline, beam.PCollection]" = wea
 
 class _PageViews(beam.DoFn):
     """Each HTML page with both image branches' views of it (extract.page_images.page_views), under
-    `pairs_view` and `interleaved_view`; other documents as they are."""
+    `pairs_view` and `interleaved_view`; other documents as they are. Takes the image_pairs and the
+    interleaved config sections."""
 
-    def __init__(self, pairs: dict, interleaved: dict):
+    def __init__(self, pairs, interleaved):
         self.pairs, self.interleaved = pairs, interleaved
 
     def process(self, page):
@@ -201,7 +202,7 @@ def image_pages(p, cfg) -> beam.PCollection:
         return read_warcs(p, cfg).docs
     if p not in _IMAGE_PAGES:
         _IMAGE_PAGES[p] = read_warcs(p, cfg).docs | "Image views" >> beam.ParDo(
-            _PageViews(cfg.image_pairs.model_dump(), cfg.interleaved.model_dump()))
+            _PageViews(cfg.image_pairs, cfg.interleaved))
     return _IMAGE_PAGES[p]
 
 
@@ -462,13 +463,13 @@ class ScoreSyntheticText(DocumentStep):
 
         models = [io.local_copy(m, sidecars=(".json",)) for m in (self.cfg.llm_model, self.cfg.mt_model)]
         self.scorer = SyntheticTextScorer(*models, self.cfg.max_chars).load()
-        self.thresholds = drop_thresholds(self.scorer.thresholds(), self.cfg.model_dump())
+        self.thresholds = drop_thresholds(self.scorer.thresholds(), self.cfg)
         if self.cfg.lm_model:
             from filters.lm_detect import SamplingDiscrepancy
 
             gguf = {k: io.local_copy(getattr(self.cfg, k)) for k in ("lm_model", "lm_reference_model")  # hub ids stay
                     if (getattr(self.cfg, k) or "").endswith(".gguf")}
-            self.lm = SamplingDiscrepancy.from_config({**self.cfg.model_dump(), **gguf}).load()
+            self.lm = SamplingDiscrepancy.from_config(self.cfg.model_copy(update=gguf)).load()
 
     def prepare(self, docs):
         if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
@@ -746,7 +747,6 @@ class PackStage(Stage):
         return []
 
     def build(self, p, cfg, docs, root):
-        from packing.config import pack_config
         from pipelines.stage import writes_of
         from packing.transforms import BuildShards, ShardInputs
 
@@ -773,8 +773,8 @@ class PackStage(Stage):
         text = inputs.get("write") or p | "pack/NoText" >> beam.Create([])  # a run of the image branches alone
         others = ShardInputs(inputs.get("interleaved_write"), inputs.get("image_pairs"), dedup.get("write", ()),
                              dedup.get("interleaved_write", ()))
-        pack_cfg = {**pack_config(cfg.pack), "vision": cfg.interleaved.vision.model_dump()}
-        built = text | "BuildShards" >> BuildShards(pack_cfg, io.join(root, "shards"), others)
+        built = text | "BuildShards" >> BuildShards(cfg.pack, io.join(root, "shards"), others,
+                                                    cfg.interleaved.vision.policy())
         counted = [built.counters, built.packed | "CountPacked" >> beam.Map(lambda _: ("out", 1))]
         counted += [docs_in | f"pack/In {name}" >> beam.Map(lambda _: ("in", 1)) for name, docs_in in inputs.items()]
         drops = built.dropped | "pack/DropRows" >> beam.Map(_sample_drop)

@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from PIL import Image
 
-from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs
+from pipelines.image_pairs import IMAGE_SCHEMA, PAIR_SCHEMA, ImagePairs, ImagePairsConfig
 from extract.images import image_record, read_pages_and_images
 from tests.test_fetch import Handler, serve
 from tests.test_images_decode import UKWA, encode, photo, ukwa_images
@@ -35,7 +35,8 @@ def run_pairs(pages, images, config, tmp_path, args=ONE_WORKER):
 
     cfg = {**config, **{k: {**v, **config.get(k, {})} for k, v in FAST.items()}}
     with beam.Pipeline(options=PipelineOptions(args)) as p:
-        res = (p | "Pages" >> beam.Create(pages), p | "Images" >> beam.Create(images)) | ImagePairs(cfg)
+        res = ((p | "Pages" >> beam.Create(pages), p | "Images" >> beam.Create(images))
+               | ImagePairs(ImagePairsConfig.model_validate(cfg)))
         for name, pcoll in res._asdict().items():
             pcoll | f"{name}List" >> beam.combiners.ToList() | f"{name}Dump" >> beam.Map(dump(name))
     load = lambda name: pickle.loads((tmp_path / name).read_bytes())  # noqa: E731

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pipelines.image_pairs import image_pairs_config
+from pipelines.image_pairs import ImagePairsConfig
 from filters.image import ClipScorer, open_image
 from extract.images import read_pages_and_images
 from tests.test_images_beam import reasons, run_pairs
@@ -55,7 +55,7 @@ def thumbnails():
 
 def test_scorer_loads_by_path_and_scores_cosines(tiny_clip):
     scorer = ClipScorer(tiny_clip)
-    cfg = image_pairs_config({"min_side": 50})
+    cfg = ImagePairsConfig(min_side=50).decode_rules()
     images = [open_image(data, cfg)[0] for data, _ in thumbnails()]
     texts = [alt for _, alt in thumbnails()]
     img, txt = scorer.encode(images, texts)
@@ -73,7 +73,7 @@ def test_relevance_threshold_and_embedding_dedup_in_beam(tiny_clip, tmp_path):
     """Threshold between the 2nd and 3rd best scores: two pairs stay relevant; with a cosine threshold
     of -1 every candidate pair (the two share SimHash bands under this seeded model) is a semantic
     duplicate, so the more relevant pair survives."""
-    cfg = image_pairs_config({"min_side": 50})
+    cfg = ImagePairsConfig(min_side=50).decode_rules()
     scorer = ClipScorer(tiny_clip)
     expected = sorted(zip(scorer.score([open_image(d, cfg, 448)[0] for d, _ in thumbnails()],
                                        [a for _, a in thumbnails()]), [a for _, a in thumbnails()]), reverse=True)

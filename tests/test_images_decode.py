@@ -14,13 +14,14 @@ import pytest
 from PIL import Image, ImageFile
 
 from dedup.image import bit_band_keys
-from pipelines.image_pairs import image_pairs_config
+from pipelines.image_pairs import ImagePairsConfig
 from extract.warc import RawRecord, iter_records
 from filters.image import decode_image, hamming, open_image
 
 UKWA = Path(__file__).parent / "data" / "images" / "main-page.warc.gz"
-CFG = image_pairs_config({})                 # defaults: min side 150, aspect <= 3
-SMALL_OK = image_pairs_config({"min_side": 50})
+PAIRS = ImagePairsConfig()
+CFG = PAIRS.decode_rules()                   # defaults: min side 150, aspect <= 3
+SMALL_OK = ImagePairsConfig(min_side=50).decode_rules()
 
 
 @lru_cache(maxsize=1)
@@ -70,7 +71,7 @@ def test_decompression_bomb_is_rejected_before_decoding():
     assert len(bomb) < 200_000
     assert decode_image(bomb, CFG) == "decompression_bomb"
     # Pillow's own guard counts too (its warning is an error here), even with our limit opened up
-    assert decode_image(bomb, {**CFG, "max_pixels": 10 ** 12}) == "decompression_bomb"
+    assert decode_image(bomb, CFG._replace(max_pixels=10 ** 12)) == "decompression_bomb"
 
 
 def test_truncated_jpeg_and_png_are_reasons_not_grey_images():
@@ -132,18 +133,18 @@ def test_rejections(make, reason):
 
 def test_byte_cap_and_configurable_size_rules():
     data = photo()
-    assert decode_image(data, {**CFG, "max_image_bytes": 1000}) == "image_too_large"
+    assert decode_image(data, CFG._replace(max_image_bytes=1000)) == "image_too_large"
     small = encode(Image.open(io.BytesIO(data)).resize((100, 75)), "JPEG")
     assert decode_image(small, CFG) == "too_small"
     assert decode_image(small, SMALL_OK).width == 100
     assert decode_image(encode(Image.new("RGB", (800, 200)), "PNG"), CFG) == "bad_aspect"
-    assert decode_image(encode(Image.new("RGB", (800, 200)), "PNG"), {**CFG, "max_aspect": 4.0}).width == 800
+    assert decode_image(encode(Image.new("RGB", (800, 200)), "PNG"), CFG._replace(max_aspect=4.0)).width == 800
 
 
 def test_resized_and_recompressed_copies_are_within_the_threshold():
     """Copies of real photos (downscaled, recompressed, re-encoded) stay within Hamming 5 of their
     original; different photos of the page stay far apart."""
-    threshold = CFG["phash"]["threshold"]
+    threshold = PAIRS.phash.threshold
     originals = [p for p in photos() if min(Image.open(io.BytesIO(p)).size) >= 60]
     assert len(originals) >= 4
     for data in originals:
@@ -154,7 +155,7 @@ def test_resized_and_recompressed_copies_are_within_the_threshold():
                   encode(src, "JPEG", quality=25), encode(src, "PNG"), encode(src, "WEBP", quality=50),
                   encode(src.resize((w * 2, h * 2)), "JPEG", quality=80)]
         for copy in copies:
-            d = decode_image(copy, image_pairs_config({"min_side": 20}))
+            d = decode_image(copy, ImagePairsConfig(min_side=20).decode_rules())
             assert d.sha256 != decode_image(data, SMALL_OK).sha256
             assert hamming(d.phash, base) <= threshold
     hashes = [decode_image(p, SMALL_OK).phash for p in originals]
@@ -177,4 +178,4 @@ def test_band_keys_pigeonhole():
     assert not set(bit_band_keys(a, 64, 8, 3)) & set(bit_band_keys(b, 64, 8, 3))
     assert len(bit_band_keys(a, 64, 8, 3)) == 56
     with pytest.raises(ValueError):
-        image_pairs_config({"phash": {"key_bands": 4}})
+        ImagePairsConfig.model_validate({"phash": {"key_bands": 4}})

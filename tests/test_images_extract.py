@@ -4,7 +4,7 @@ cases (picture/srcset, lazy loading, base href, data: URIs)."""
 
 import pytest
 
-from pipelines.image_pairs import image_pairs_config
+from pipelines.image_pairs import ImagePairsConfig
 from extract.html import decode_html
 from extract.images import (ImageRef, canonical_url, check_image_ref, extract_images, image_record,
                             page_disallows_ai, parse_srcset)
@@ -13,7 +13,7 @@ from extract.warc import RawRecord, iter_records
 from tests.test_images_decode import UKWA
 from tests.warc_factory import MINI
 
-CFG = image_pairs_config({})
+CFG = ImagePairsConfig()
 
 
 def html_of(path, url_part):
@@ -52,7 +52,7 @@ def test_real_wikipedia_page_context_and_urls():
     assert "featured picture" in shrimp.context_before
     # at 150 px only the shrimp passes by its declared size, and the search button, which declares none
     assert [r.alt for r in refs if check_image_ref(r, CFG) is None] == ["Emperor shrimp", "Search"]
-    small = image_pairs_config({"min_side": 50})
+    small = ImagePairsConfig(min_side=50)
     kept = [r.alt for r in refs if check_image_ref(r, small) is None]
     assert kept == ["Nick Drake's grave in Tanworth-in-Arden", "John Acland in 1893", "Ma Ying-jeou", "Emperor shrimp",
                     "Search"]
@@ -129,7 +129,7 @@ def test_url_rules(url, w, h, reason):
 
 
 def test_alt_language_rule_uses_lid():
-    cfg = {**CFG, "alt_languages": ["de"]}
+    cfg = CFG.model_copy(update={"alt_languages": ["de"]})
     lid = {"Ein Hund im Park": ("de", 0.98), "A dog in the park": ("en", 0.97)}.get
     assert check_image_ref(ref(alt="Ein Hund im Park"), cfg, lid) is None
     assert check_image_ref(ref(alt="A dog in the park"), cfg, lid) == "alt_language"

@@ -151,7 +151,7 @@ def _build(workers: int, out: Path, max_pages: int = 10, copies: tuple[str, ...]
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.interleaved import BuildInterleavedDocs
+    from pipelines.interleaved import BuildInterleavedDocs, InterleavedConfig
 
     pages = [{"id": f"{i:032x}", "url": p["url"], "warc_file": "f.warc.gz", "warc_offset": i, "warc_date": "",
               "html": (DATA / name).read_text(encoding="utf-8")} for i, (name, p) in enumerate(sorted(PAGES.items()))]
@@ -168,7 +168,7 @@ def _build(workers: int, out: Path, max_pages: int = 10, copies: tuple[str, ...]
         out.write_text(json.dumps(sorted(rows, key=json.dumps), sort_keys=True))
 
     with beam.Pipeline(options=PipelineOptions(args)) as p:
-        res = p | beam.Create(pages) | BuildInterleavedDocs({"max_pages_per_url": max_pages})
+        res = p | beam.Create(pages) | BuildInterleavedDocs(InterleavedConfig(max_pages_per_url=max_pages))
         ((res.docs | "D" >> beam.Map(lambda d: ["doc", d]), res.dropped | "X" >> beam.Map(lambda d: ["drop", d]),
           res.counters | "C" >> beam.Map(lambda c: ["counter", c]))
          | beam.Flatten() | beam.combiners.ToList() | beam.Map(save))
@@ -372,9 +372,9 @@ def test_a_recycled_image_takes_the_first_text_that_passes_the_pair_rules():
     usable the candidate is dropped with its alt's reason."""
     import apache_beam as beam
 
-    from pipelines.image_pairs import _RecycledRefs, image_pairs_config
+    from pipelines.image_pairs import ImagePairsConfig, _RecycledRefs
 
-    step = _RecycledRefs(image_pairs_config({"recycle": {"adjacent_max_chars": 60}}))
+    step = _RecycledRefs(ImagePairsConfig.model_validate({"recycle": {"adjacent_max_chars": 60}}))
     step.setup()
     base = {"page_id": "p" * 32, "page_url": "https://x.org/a", "warc_file": "f", "warc_date": "", "position": 3,
             "img_url": "https://x.org/figure.jpg", "recycled_from": "interleaved_vlm/vlm_low_score"}
@@ -404,7 +404,7 @@ def test_images_below_the_relevance_threshold_leave_their_document(tmp_path):
     import apache_beam as beam
     from PIL import Image
 
-    from pipelines.image_pairs import image_pairs_config
+    from pipelines.image_pairs import ImagePairsConfig
     from pipelines.interleaved import _ScoreRelevance
     from tests.test_images_clip import build_tiny_clip
 
@@ -418,13 +418,13 @@ def test_images_below_the_relevance_threshold_leave_their_document(tmp_path):
              {"type": "text", "text": "middle"}, {"type": "image", "caption": "blue square"},
              {"type": "text", "text": "end"}]
     doc = {"id": "d" * 32, "url": "https://x.org/", "nodes": nodes, "scores": {}}
-    relevance = {**image_pairs_config({})["relevance"], "model": build_tiny_clip(tmp_path / "clip")}
-    step = _ScoreRelevance(relevance, image_pairs_config({}))
+    relevance = ImagePairsConfig().relevance.model_copy(update={"model": build_tiny_clip(tmp_path / "clip")})
+    step = _ScoreRelevance(relevance, ImagePairsConfig().decode_rules())
     step.setup()
     red, blue = step.scorer.score([Image.open(io.BytesIO(b)) for b in data], ["red square", "blue square"])
 
     def outcome(threshold):
-        step.relevance = {**relevance, "threshold": threshold}
+        step.relevance = relevance.model_copy(update={"threshold": threshold})
         out = list(step.process([(doc, data)]))
         tagged = [o for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
         counters = dict(o.value for o in tagged if o.tag == "counters")
@@ -546,7 +546,7 @@ def test_a_page_that_cannot_hold_an_img_is_not_walked_and_image_tags_count_as_im
     page = {"id": "p", "url": "https://example.org/a", "warc_file": "f", "warc_offset": 0, "warc_date": None,
             "html": "<html><body><nav>Home | News</nav><h1>A title</h1><p>" + "Words of an article. " * 40
                     + "</p><footer>Contact</footer></body></html>"}
-    stage = _Linearise(InterleavedConfig().model_dump())
+    stage = _Linearise(InterleavedConfig())
     def outputs():
         return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o for o in stage.process(page)]
 

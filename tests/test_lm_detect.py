@@ -167,19 +167,20 @@ def test_curate_score_adds_the_discrepancy_when_an_lm_is_configured(tiny_lm, tmp
     from filters.score import TextScorer, score_jsonl
     from pipelines.config import default_config
 
-    DEFAULTS = default_config().model_dump()
+    DEFAULTS = default_config()
 
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"text": "Rain again this morning, so the market moved indoors today."}) + "\n")
-    scorer = TextScorer(DEFAULTS["quality"], DEFAULTS["language"], {**DEFAULTS["synthetic"], "lm_model": tiny_lm})
+    scorer = TextScorer(DEFAULTS.quality, DEFAULTS.language,
+                        DEFAULTS.synthetic.model_copy(update={"lm_model": tiny_lm}))
     assert score_jsonl(str(src), str(dst), scorer) == (1, 0)
     row = json.loads(dst.read_text())
     assert isinstance(row["llm_lm_discrepancy"], float) and "llm_generated" in row
     # with a calibration the discrepancy joins llm_generated, exactly as in the pipeline stage
     from filters.synthetic import add_evidence, combine
 
-    calibrated = TextScorer(DEFAULTS["quality"], DEFAULTS["language"],
-                            {**DEFAULTS["synthetic"], "lm_model": tiny_lm, "lm_logit": [0.5, -1.0]})
+    calibrated = TextScorer(DEFAULTS.quality, DEFAULTS.language,
+                            DEFAULTS.synthetic.model_copy(update={"lm_model": tiny_lm, "lm_logit": [0.5, -1.0]}))
     out = calibrated(json.loads(src.read_text())["text"])
     two_heads = combine(out["llm_ngram"], out["llm_style"])
     assert out["llm_generated"] == pytest.approx(add_evidence(two_heads, 0.5 * out["llm_lm_discrepancy"] - 1.0), abs=2e-6)
@@ -312,9 +313,11 @@ def test_fit_lm_head_calibrates_the_discrepancy_on_training_texts(tiny_lm):
 
 
 def test_dtype_is_configurable(tiny_lm):
+    from pipelines.stages import SyntheticConfig
+
     text = ["Rain again this morning, so the market moved indoors; half the stalls never showed up."]
     full = SamplingDiscrepancy(tiny_lm).load()
-    half = SamplingDiscrepancy.from_config({"lm_model": tiny_lm, "lm_dtype": "bfloat16"}).load()
+    half = SamplingDiscrepancy.from_config(SyntheticConfig(lm_model=tiny_lm, lm_dtype="bfloat16")).load()
     assert full.model.dtype == torch.float32 and half.model.dtype == torch.bfloat16
     assert half.score(text)[0] == pytest.approx(full.score(text)[0], abs=0.25)
     with pytest.raises(ValueError, match="lm_dtype"):

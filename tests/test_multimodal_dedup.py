@@ -8,7 +8,8 @@ import json
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.interleaved import ImageAwareDedup
+from pipelines.image_pairs import PhashConfig
+from pipelines.interleaved import ImageAwareDedup, InterleavedDedupConfig
 
 WORDS = ("the river rose after three days of rain and the town council met on monday to decide whether the "
          "old bridge should close while engineers inspect its stone piers for damage caused by the flood").split()
@@ -32,8 +33,8 @@ def _run(docs: list[dict], tmp_path, max_docs: int = 10) -> dict:
     def save(rows):
         out.write_text(json.dumps(sorted(rows, key=json.dumps)))
 
-    cfg = {"max_docs_per_image": max_docs, "text_threshold": 0.5, "max_reps": 32}
-    phash = {"threshold": 5, "bands": 8, "key_bands": 3}
+    cfg = InterleavedDedupConfig(max_docs_per_image=max_docs, text_threshold=0.5, max_reps=32)
+    phash = PhashConfig(threshold=5, bands=8, key_bands=3)
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
         kept, dups, drops, counters = p | beam.Create(docs) | ImageAwareDedup(cfg, phash, "earliest_capture")
         ((kept | "K" >> beam.Map(lambda d: ["kept", d["id"], [n.get("image_sha256") for n in d["nodes"]]]),

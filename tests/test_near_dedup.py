@@ -16,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from dedup.minhash import jaccard, shingles
-from dedup.near import (NearDedup, NearDedupConfig, near_dedup_config, _BucketStar, _Decide, _HubToLeaves, _LargeStar,
+from dedup.near import (NearDedup, NearDedupConfig, _BucketStar, _Decide, _HubToLeaves, _LargeStar,
                         _SmallStar, size_bin)
 from tests.test_minhash import edit, real_texts
 
@@ -36,7 +36,7 @@ def _dump(path):
 def run_near(docs, tmp_path, config=None, args=ONE_WORKER):
     """Run NearDedup on `docs`; returns (kept docs by id, {dropped id: (survivor, size)}, counters)."""
     with beam.Pipeline(options=PipelineOptions(args)) as p:
-        res = p | beam.Create(docs) | NearDedup({**ROUNDS, **(config or {})})
+        res = p | beam.Create(docs) | NearDedup(NearDedupConfig.model_validate({**ROUNDS, **(config or {})}))
         res.docs | "KeptList" >> beam.combiners.ToList() | "KeptWrite" >> beam.Map(_dump(tmp_path / "kept.json"))
         (res.duplicates | "Dup" >> beam.MapTuple(lambda doc, survivor, size: (doc["id"], survivor, size))
          | "DupList" >> beam.combiners.ToList() | "DupWrite" >> beam.Map(_dump(tmp_path / "dups.json")))
@@ -207,7 +207,7 @@ HOT_BUCKET = textwrap.dedent("""
     import json, sys
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from dedup.near import NearDedup
+    from dedup.near import NearDedup, NearDedupConfig
 
     N, OUT = int(sys.argv[1]), sys.argv[2]
     BASE = "Breaking: the city council approved the new budget for parks and schools on Monday night"
@@ -223,7 +223,7 @@ HOT_BUCKET = textwrap.dedent("""
 
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
         res = (p | beam.Create(range((N + 999) // 1000)) | beam.FlatMap(variants)
-               | NearDedup({"num_perm": 16, "bands": 4, "rows": 4, "max_rounds": 2}))
+               | NearDedup(NearDedupConfig(num_perm=16, bands=4, rows=4, max_rounds=2)))
         res.docs | "K" >> beam.Map(lambda d: d["id"]) | "KL" >> beam.combiners.ToList() | "KW" >> beam.Map(dump("kept"))
         (res.duplicates | "D" >> beam.MapTuple(lambda d, s, n: (s, n)) | beam.combiners.Count.PerElement()
          | "DL" >> beam.combiners.ToList() | "DW" >> beam.Map(dump("dups")))
@@ -255,10 +255,10 @@ def test_one_bucket_of_30k_near_identical_documents(tmp_path):
 
 
 def test_config_is_checked():
-    assert near_dedup_config({"bands": None, "rows": None, "threshold": 0.8, "num_perm": 128})["bands"] == 9
+    assert NearDedupConfig(bands=None, rows=None, threshold=0.8, num_perm=128).bands == 9
     with pytest.raises(ValueError, match="treshold\n  Extra inputs are not permitted"):
-        near_dedup_config({"treshold": 0.5})
+        NearDedupConfig.model_validate({"treshold": 0.5})
     with pytest.raises(ValueError, match="num_perm"):
-        near_dedup_config({"bands": 40, "rows": 3})
+        NearDedupConfig(bands=40, rows=3)
     assert [size_bin(n) for n in (2, 3, 4, 5, 8, 9, 16, 17, 50_000)] == \
         ["2", "3", "4", "5-8", "5-8", "9-16", "9-16", "17-32", "32769-65536"]

@@ -14,16 +14,16 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from packing import ShardDataset, open_shards
-from packing.config import pack_config, phases
+from packing.config import PackConfig, phases
 from packing.tokenizer import DocTokenizer
 from packing.transforms import BuildShards, PackAndWrite
 from pipelines.config import config_model
 from tests.test_packing_chunk import real_docs
 
 # A 1M phase the 17k-token corpus cannot fill sits next to two small ones: it must be reported, not crash.
-CFG = pack_config({"phases": {"pretrain": {"seq_len": 256}, "long": {"seq_len": 1024},
-                          "huge": {"seq_len": 1 << 20, "share": 5}},
-               "shard_tokens": 2048, "seed": 3})
+CFG = PackConfig.model_validate({"phases": {"pretrain": {"seq_len": 256}, "long": {"seq_len": 1024},
+                                            "huge": {"seq_len": 1 << 20, "share": 5}},
+                                 "shard_tokens": 2048, "seed": 3})
 
 
 def write_counters(pairs, path: str) -> None:
@@ -135,7 +135,8 @@ def test_groups_with_enough_tokens_reach_the_padding_target(tmp_path):
     """Synthetic chunks at seq_len 16 and a 2e-3 target (min_group_tokens = 1000 * 16): the total is
     counted by a Combine, split into groups of >= min_group_tokens, and every group meets the target."""
     target = 2e-3
-    cfg = pack_config({"phases": {"pretrain": {"seq_len": 16}}, "padding_target": target, "shard_tokens": 1 << 13})
+    cfg = PackConfig.model_validate({"phases": {"pretrain": {"seq_len": 16}}, "padding_target": target,
+                                     "shard_tokens": 1 << 13})
     phase = next(p for p in phases(cfg) if p.name == "pretrain")
     rng = np.random.default_rng(0)
     lengths = np.clip(np.rint(np.exp(rng.normal(1.6, 0.8, 6500))), 1, 16).astype(int)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from packing import open_shards
-from packing.config import pack_config
+from packing.config import PackConfig
 from packing.samples import encode_samples, sample_parts
 from packing.tokenizer import DocTokenizer
 from packing.transforms import BuildShards, ShardInputs
@@ -21,9 +21,10 @@ from packing.vision import VisionPolicy
 from tests.test_packing_beam import files, run_pipeline
 from tests.test_packing_chunk import real_docs
 
-CFG = pack_config({"phases": {"pretrain": {"seq_len": 2048, "chunk_tokens": 1300}, "long": {"seq_len": 8192}},
-                   "shard_tokens": 8192, "chunk_window": 64, "seed": 1,
-                   "mix": {"epochs": {"text": 1.0, "interleaved": 1.0, "pair": 1.0}, "text_to_multimodal": 7.0}})
+CFG = PackConfig.model_validate({
+    "phases": {"pretrain": {"seq_len": 2048, "chunk_tokens": 1300}, "long": {"seq_len": 8192}},
+    "shard_tokens": 8192, "chunk_window": 64, "seed": 1,
+    "mix": {"epochs": {"text": 1.0, "interleaved": 1.0, "pair": 1.0}, "text_to_multimodal": 7.0}})
 SIDES = [(544, 544), (800, 600), (1344, 700), (600, 1100)]
 
 
@@ -143,8 +144,8 @@ def test_a_short_multimodal_set_is_repeated_and_a_cap_is_reported(tmp_path):
     """At a 1 : 2 target the multimodal set needs more epochs than max_epochs allows: capped, counted,
     and the manifest says ratio_unreachable. (With 1,024-token chunks the 1,200-token image of one
     interleaved document cannot be placed: it is dropped, and its text twin stays.)"""
-    cfg = pack_config({"phases": {"pretrain": {"seq_len": 1024}}, "shard_tokens": 8192,
-                       "mix": {"text_to_multimodal": 0.5, "max_epochs": 2.0}})
+    cfg = PackConfig.model_validate({"phases": {"pretrain": {"seq_len": 1024}}, "shard_tokens": 8192,
+                                     "mix": {"text_to_multimodal": 0.5, "max_epochs": 2.0}})
     counters = build(tmp_path, 1, cfg)
     run = json.loads((tmp_path / "shards" / "manifest.json").read_text())
     assert run["status"] == "ratio_unreachable" and "max_epochs" in run["status_detail"]
@@ -159,9 +160,9 @@ def test_a_multimodal_twin_takes_the_larger_epoch_count_rehydration_included(tmp
     """No balancing; text 2 epochs, interleaved 1, and a cluster of 2 triples its survivor's epochs
     (rehydration): the same-capture twins go in twice, the twin of the clustered text document three
     times, the interleaved document without a twin once, every other text document twice."""
-    cfg = pack_config({"phases": {"pretrain": {"seq_len": 2048}}, "shard_tokens": 1 << 16,
-                       "mix": {"epochs": {"text": 2.0, "interleaved": 1.0}, "rehydrate": {2: 1.5},
-                               "text_to_multimodal": None}})
+    cfg = PackConfig.model_validate({"phases": {"pretrain": {"seq_len": 2048}}, "shard_tokens": 1 << 16,
+                                     "mix": {"epochs": {"text": 2.0, "interleaved": 1.0}, "rehydrate": {2: 1.5},
+                                             "text_to_multimodal": None}})
     counters = build(tmp_path, 1, cfg)
     text, inter, pairs, _ = corpus()
     copies = defaultdict(set)

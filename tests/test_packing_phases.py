@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from packing.config import DEFAULT_PHASES, pack_config, phases
+from packing.config import DEFAULT_PHASES, PackConfig, phases
 from packing.permute import Permutation
 from packing.phases import assign, length_bucket, make_plan
 
@@ -40,7 +40,7 @@ def phase_tokens(docs, got):
 
 def test_default_split_is_34_to_11_with_long_documents_to_the_long_phase():
     docs = corpus()
-    plan, got = allocate(docs, pack_config(TINY))
+    plan, got = allocate(docs, PackConfig.model_validate(TINY))
     assert all(len(v) == 1 for v in got.values())  # a partition: overlap 0
     total = sum(n for _, n in docs)
     tokens = phase_tokens(docs, got)
@@ -54,7 +54,7 @@ def test_default_split_is_34_to_11_with_long_documents_to_the_long_phase():
 def test_a_budget_beyond_the_corpus_shares_the_fewest_documents():
     docs = corpus()
     total = sum(n for _, n in docs)
-    plan, got = allocate(docs, pack_config(TINY), budget_tokens=int(1.2 * total))
+    plan, got = allocate(docs, PackConfig.model_validate(TINY), budget_tokens=int(1.2 * total))
     tokens = phase_tokens(docs, got)
     shared = [n for d, n in docs if len(got[d]) == 2]
     assert shared and all(len(v) >= 1 for v in got.values())
@@ -66,7 +66,7 @@ def test_a_budget_beyond_the_corpus_shares_the_fewest_documents():
 def test_budget_below_the_corpus_leaves_the_shortest_documents_unused():
     docs = corpus()
     total = sum(n for _, n in docs)
-    _, got = allocate(docs, pack_config(TINY), budget_tokens=total // 2)
+    _, got = allocate(docs, PackConfig.model_validate(TINY), budget_tokens=total // 2)
     unused = [n for d, n in docs if not got[d]]
     assert abs(sum(unused) / total - 0.5) < 0.01
     assert max(unused) <= 1.01 * min(n for d, n in docs if got[d])
@@ -74,14 +74,14 @@ def test_budget_below_the_corpus_leaves_the_shortest_documents_unused():
 
 def test_not_enough_tokens_is_a_reported_state_not_an_error():
     docs = corpus(300)  # ~0.6M tokens: the 1M phase cannot fill one sequence
-    plan, got = allocate(docs, pack_config())
+    plan, got = allocate(docs, PackConfig())
     assert plan["phases"]["long"]["status"] == "insufficient_tokens"
     assert plan["phases"]["pretrain"]["budget_tokens"] == sum(n for _, n in docs)
     assert all(v == ["pretrain"] for v in got.values())
-    plan, got = allocate(corpus(5), pack_config())  # not even one 64K sequence
+    plan, got = allocate(corpus(5), PackConfig())  # not even one 64K sequence
     assert {p["status"] for p in plan["phases"].values()} == {"insufficient_tokens"}
     assert all(v == [] for v in got.values())
-    assert make_plan({}, phases(pack_config()))["total_tokens"] == 0
+    assert make_plan({}, phases(PackConfig()))["total_tokens"] == 0
 
 
 def test_length_buckets_are_monotone_and_few():
@@ -103,15 +103,15 @@ def test_permutation_is_a_seeded_bijection():
 
 
 def test_config_defaults_and_validation():
-    cfg = pack_config()
-    assert {name: {k: spec[k] for k in ("seq_len", "share")} for name, spec in cfg["phases"].items()} == DEFAULT_PHASES
+    cfg = PackConfig()
+    assert {name: {"seq_len": spec.seq_len, "share": spec.share} for name, spec in cfg.phases.items()} == DEFAULT_PHASES
     long, pre = phases(cfg)
     assert (long.name, long.seq_len, long.share, long.chunk_tokens) == ("long", 1048576, 11, 1048576)
     assert (pre.name, pre.seq_len, pre.share) == ("pretrain", 65536, 34)
     assert pre.min_group_tokens == 20000 * 65536
-    small = phases(pack_config({**TINY, "padding_target": 1e-3}))
+    small = phases(PackConfig.model_validate({**TINY, "padding_target": 1e-3}))
     assert [(p.seq_len, p.min_group_tokens) for p in small] == [(8192, 2000 * 8192), (2048, 2000 * 2048)]
     for bad in ({"nope": 1}, {"phases": {"pretrain": {"chunk_tokens": 70000}}}, {"phases": {"x": {"seq_len": 8}}},
                 {"phases": {"Bad Name": {"seq_len": 8, "share": 1}}}, {"padding_target": 0}):
         with pytest.raises(ValueError):
-            pack_config(bad)
+            PackConfig.model_validate(bad)

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packing import ShardDataset, open_shards
-from packing.config import pack_config, phases
+from packing.config import PackConfig, phases
 from packing.shards import MANIFEST, Segment, manifest, manifest_bytes, shard_name, write_shard
 from packing.transforms import GROUPS, _PackGroup
 
@@ -110,7 +110,8 @@ def test_a_group_with_enough_tokens_pads_at_most_1e_4(seq_len):
     """A group holding min_group_tokens (= ceil(2 / 1e-4) * seq_len) of chunked lognormal documents
     (median 900 tokens, sigma 1.2, as the real web-text sample; >= 3 tokens: BOS, text, EOS) reaches
     the padding target. (Below ~2K tokens per sequence it need not: 1-2-token gaps stay empty.)"""
-    phase = next(p for p in phases(pack_config({"phases": {"pretrain": {"seq_len": seq_len}}})) if p.name == "pretrain")
+    cfg = PackConfig.model_validate({"phases": {"pretrain": {"seq_len": seq_len}}})
+    phase = next(p for p in phases(cfg) if p.name == "pretrain")
     rng = np.random.default_rng(seq_len)
     draws = int(phase.min_group_tokens / 1000)
     docs = np.maximum(3, np.rint(np.exp(rng.normal(np.log(900), 1.2, draws)) * (1 + 0.02 * rng.normal(size=draws))))

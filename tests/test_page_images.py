@@ -20,7 +20,7 @@ from pipelines.config import load_config
 DATA = Path(__file__).parent / "data"
 PAGES = {p["file"]: p for p in json.loads((DATA / "interleaved" / "labels.json").read_text())}
 CFG = load_config(None)
-PAIRS, INTERLEAVED = CFG.image_pairs.model_dump(), CFG.interleaved.model_dump()
+PAIRS, INTERLEAVED = CFG.image_pairs, CFG.interleaved
 
 
 def real_pages() -> list[tuple[str, str]]:
@@ -54,8 +54,8 @@ def test_page_views_are_each_branch_s_own_views():
                                                                   interleaved_view(no_img, INTERLEAVED)))
     html, url = real_pages()[0]
     big = as_page(html, url)
-    small = {**PAIRS, "max_html_bytes": 1000}
-    for pairs, interleaved in ((small, {**INTERLEAVED, "max_html_bytes": 1000}), (small, INTERLEAVED)):
+    small = PAIRS.model_copy(update={"max_html_bytes": 1000})
+    for pairs, interleaved in ((small, INTERLEAVED.model_copy(update={"max_html_bytes": 1000})), (small, INTERLEAVED)):
         views = page_views(big, pairs, interleaved)
         assert repr(views) == repr((pairs_view(big, pairs), interleaved_view(big, interleaved)))
         assert views[0][2] == "page_too_large"

@@ -33,6 +33,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from types import SimpleNamespace
 
 import atheris
 
@@ -322,22 +323,20 @@ def html(data: bytes) -> None:
 
 
 # ----------------------------------------------------------------------------------------- image
-def image_cfg(b0: int) -> dict:
-    """The decoder config the first input byte picks: bit 0 lifts the minimum side to 1 px and bit 1
+def image_cfg(b0: int):
+    """The decoder rules the first input byte picks: bit 0 lifts the minimum side to 1 px and bit 1
     the aspect rule, so small and odd-shaped fuzzed images reach the pixel decoders too."""
-    from pipelines.image_pairs import image_pairs_config
+    from pipelines.image_pairs import ImagePairsConfig
 
-    DEFAULTS = image_pairs_config({})
-
-    cfg = {k: DEFAULTS[k] for k in ("min_side", "max_aspect", "max_pixels", "max_image_bytes", "formats")}
+    cfg = ImagePairsConfig().decode_rules()
     if b0 & 1:
-        cfg["min_side"] = 1
+        cfg = cfg._replace(min_side=1)
     if b0 & 2:
-        cfg["max_aspect"] = 1e9
+        cfg = cfg._replace(max_aspect=1e9)
     return cfg
 
 
-_CFGS: dict[int, dict] = {}
+_CFGS: dict = {}
 IMAGE_REASONS = {"image_too_large", "decompression_bomb", "not_an_image", "truncated", "decode_error",
                  "too_small", "bad_aspect"}
 
@@ -353,12 +352,12 @@ def image(data: bytes) -> None:
         _check(out in IMAGE_REASONS, "unknown_reason", out)
         return
     _check(type(out) is DecodedImage, "bad_result_type", type(out).__name__)
-    _check(min(out.width, out.height) >= cfg["min_side"], "size_rule", f"{out.width}x{out.height}")
-    _check(max(out.width, out.height) <= cfg["max_aspect"] * min(out.width, out.height), "aspect_rule",
+    _check(min(out.width, out.height) >= cfg.min_side, "size_rule", f"{out.width}x{out.height}")
+    _check(max(out.width, out.height) <= cfg.max_aspect * min(out.width, out.height), "aspect_rule",
            f"{out.width}x{out.height}")
-    _check(out.width * out.height <= cfg["max_pixels"], "bomb_rule", f"{out.width}x{out.height}")
+    _check(out.width * out.height <= cfg.max_pixels, "bomb_rule", f"{out.width}x{out.height}")
     _check(0 <= out.phash < 1 << 64 and out.frames >= 1, "bad_fields", repr(out))
-    _check(out.format in cfg["formats"] or out.format == "MPO", "format_not_allowed", out.format)
+    _check(out.format in cfg.formats or out.format == "MPO", "format_not_allowed", out.format)
 
 
 # ------------------------------------------------------------------------------------ text rules
@@ -442,8 +441,8 @@ def interleaved(data: bytes) -> None:
             _check(node.type == "image" and "\n" not in node.caption, "bad_image_node", repr(node)[:200])
 
 
-_REF_CFG = {"min_side": 150, "min_alt_chars": 5, "max_alt_chars": 1000, "alt_languages": None,
-            "alt_lang_min_score": 0.0}
+_REF_CFG = SimpleNamespace(min_side=150, min_alt_chars=5, max_alt_chars=1000, alt_languages=None,
+                           alt_lang_min_score=0.0)
 REF_REASONS = {"no_src", "data_uri", "bad_scheme", "bad_url", "tracking_pixel", "icon_or_sprite", "declared_too_small",
                "missing_alt", "empty_alt", "filename_alt", "generic_alt", "alt_too_short", "alt_too_long"}
 CONTEXT_CHARS = 200
