@@ -131,7 +131,8 @@ def warc_of_html_files(folder: Path, path: str) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--warc", default=str(DEFAULT_WARC if DEFAULT_WARC.exists() else ROOT / "sample" / "mixed-dev-slice.warc.gz"))
-    ap.add_argument("--repeat", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=16, help="copies of the WARC (at least 2: the steady-state rate "
+                                                         "compares it with a quarter of them)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tries", type=int, default=2, help="best of this many pipeline runs per size")
     ap.add_argument("--no-single", action="store_true", help="measure N workers only, not also 1 (long inputs)")
@@ -139,6 +140,8 @@ def main():
     ap.add_argument("--html-dir", type=Path, help="instead of --warc: a WARC made of this folder's HTML files "
                     "(e.g. ../shared/data/html/scrapinghub_aeb/html: real-size pages)")
     args = ap.parse_args()
+    if args.repeat < 2:
+        ap.error("--repeat must be at least 2")
     if args.html_dir:
         args.warc = warc_of_html_files(args.html_dir, os.path.join(tempfile.mkdtemp(), "html-files.warc.gz"))
     import logging
