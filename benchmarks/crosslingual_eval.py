@@ -125,8 +125,8 @@ def main() -> None:
         t1 = time.perf_counter()
         cos = cosines(np.stack([encoder.embed(text) for _, _, text in raw]))
         anchor_s, encoder_s, count = anchor_s + t1 - t0, encoder_s + time.perf_counter() - t1, count + len(raw)
-        positive = {pair for pair in anchor_calls(docs, cfg) if docs[pair[0]][0] == docs[pair[1]][0]}
         anchored = anchor_calls(docs, cfg)
+        positive = {pair for pair in anchored if docs[pair[0]][0] == docs[pair[1]][0]}
         encoded = {pair: bool(cos[pair] >= cfg.encoder_threshold) for pair in anchored}
         sweep = {f"anchors {k}/{t}": figures(anchor_calls(docs, CrossLingualConfig(min_shared=k, min_containment=t)),
                                              positive)["f1"] for k in (2, 3, 5) for t in (0.1, 0.2, 0.3, 0.5)}
