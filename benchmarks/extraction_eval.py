@@ -24,6 +24,13 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
 - `trafilatura_precision`: the same with favor_precision=True;
 - `trafilatura_engine`: extract_main_text with `engine: trafilatura` (the pipeline's trafilatura settings).
 
+With `--wcxb DIR` (a checkout of github.com/Murrough-Foley/web-content-extraction-benchmark, CC-BY-4.0:
+2,008 human-reviewed pages of 1,613 sites in seven page types, a development and a held-out test split),
+the same scores on those pages too, untimed, per split and page type, for `default` (the shipped head;
+its development split is in its training data, its test split never), `default_extractor`,
+`resiliparse_bare`, `trafilatura` and `trafilatura_precision`, and how many pages took the whole page's
+text because the main content missed the body (extract/sandbox.py WHOLE_PAGE_*).
+
 Scores, as the benchmark's own evaluation uses them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
@@ -37,6 +44,7 @@ text after the line steps without the model (for the `default` rows: on their ow
 per page (mean over the pages, on the extractor's text).
 
     .venv/bin/python benchmarks/extraction_eval.py [--data ../shared/data/html/scrapinghub_aeb] [--half 0|1] [--rounds 3]
+        [--wcxb DIR]
 """
 
 from __future__ import annotations
@@ -197,11 +205,60 @@ def timed_rounds(fns: dict, pages: list, n_rounds: int, outputs: dict, seconds: 
     return rounds
 
 
+WCXB_ENGINES = ("default", "default_extractor", "resiliparse_bare", "trafilatura", "trafilatura_precision")
+
+
+def wcxb_pages(root: Path) -> list[tuple]:
+    """(Decoded page, annotated main content, split, page type) of every WCXB page that has a main content."""
+    from extract.html import decode_html
+
+    pages = []
+    for split in ("dev", "test"):
+        for truth_file in sorted((root / split / "ground-truth").glob("*.json")):
+            truth = json.loads(truth_file.read_text())
+            gold = truth["ground_truth"].get("main_content")
+            if not gold:
+                continue
+            kind = (truth.get("_internal") or {}).get("page_type") or {}
+            kind = kind.get("primary", "article") if isinstance(kind, dict) else kind
+            raw = gzip.decompress((root / split / "html" / f"{truth_file.stem}.html.gz").read_bytes())
+            pages.append((decode_html(raw, ""), gold, split, "collection" if kind == "category" else kind))
+    return pages
+
+
+def wcxb_scores(root: Path) -> dict:
+    """The WCXB rows: mean scores per split, and per split and page type, for WCXB_ENGINES."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    from extract import sandbox
+    from extract.html import extract_main_text
+
+    pages = wcxb_pages(root)
+    fns = engines()
+    fns["default"] = fns.pop("default_in_sample")  # the shipped head: WCXB is not split by scrapinghub's halves
+    per_page = {name: [scores(fns[name](page, 0), gold) for page, gold, _, _ in pages] for name in WCXB_ENGINES}
+    whole_page = [extract_main_text(page.text, utf8=page.utf8)
+                  != extract_plain_text(page.text, main_content=True, **sandbox._RESILIPARSE_TEXT)
+                  for page, _, _, _ in pages]
+    out = {}
+    for split in ("dev", "test"):
+        rows = [k for k, p in enumerate(pages) if p[2] == split]
+        kinds = sorted({pages[k][3] for k in rows})
+        out[split] = {
+            "pages": len(rows), "whole_page_text": sum(whole_page[k] for k in rows),
+            "engines": {name: mean_scores([per_page[name][k] for k in rows]) for name in WCXB_ENGINES},
+            "by_page_type": {kind: {"pages": sum(pages[k][3] == kind for k in rows),
+                                    **{name: mean_scores([per_page[name][k] for k in rows if pages[k][3] == kind])
+                                       for name in WCXB_ENGINES}} for kind in kinds}}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--half", type=int, choices=(0, 1), help="only the pages of this half (default: all)")
     ap.add_argument("--rounds", type=int, default=3, help="timed passes of every engine; the fastest counts")
+    ap.add_argument("--wcxb", type=Path, help="a WCXB checkout: score its pages too (untimed)")
     args = ap.parse_args(argv)
     truth_file = args.data / "ground-truth.json"
     if not truth_file.exists():
@@ -251,10 +308,16 @@ def main(argv=None) -> int:
               "boilerplate_step": {"ms_per_page": step_ms(default_texts, [p[2] for p in pages]),
                                    "on": "the extractor's texts, held-out heads"},
               "goal": "default f1 >= trafilatura f1 at >= 10x trafilatura's docs/s"}
+    headline = {}
+    if args.wcxb is not None:
+        report["wcxb"] = wcxb_scores(args.wcxb)
+        for split, part in report["wcxb"].items():
+            headline[f"WCXB {split} ({part['pages']} pages) F1: default / trafilatura / resiliparse_bare"] = " / ".join(
+                str(part["engines"][name]["f1"]) for name in ("default", "trafilatura", "resiliparse_bare"))
     print(json.dumps(report, indent=2))
     record(__file__, {"pages": len(pages), **{
         f"{name} F1 (P / R)": f"{r['f1']} ({r['precision']} / {r['recall']}), {r['speed_vs_trafilatura']}x trafilatura's speed"
-        for name, r in results.items()}}, report)
+        for name, r in results.items()}, **headline}, report)
     return 0
 
 

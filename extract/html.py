@@ -504,7 +504,7 @@ def extract_main_text(html: str, engine: str = "resiliparse", timeout_ms: int = 
             raise ExtractionError(err.reason, err.detail) from None
     try:
         return sandbox.run_engine(html, engine)
-    except TypeError:  # resiliparse refuses a str holding lone surrogates: extract it with them as '?'
+    except (TypeError, UnicodeEncodeError):  # a str holding lone surrogates: extract it with them as '?'
         clean = html.encode("utf-8", "replace").decode("utf-8")
         if clean == html:
             raise

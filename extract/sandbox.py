@@ -145,20 +145,49 @@ def in_process_is_safe(html: str, timeout_ms: float) -> bool:
 # posts), so the class is renamed before extraction; share buttons and follow widgets use other classes
 # and still go.
 _TWEET_CLASS, _EMBEDDED_POST_CLASS = 'class="twitter-tweet', 'class="embedded-post'
+_RESILIPARSE_TEXT = dict(preserve_formatting=True, alt_texts=False, links=False, form_fields=False, noscript=False,
+                         comments=False, post_meta=False)
+
+
+# The page's whole text replaces its main content when the main content is shorter than
+# WHOLE_PAGE_MAX_MAIN_CHARS, holds fewer than WHOLE_PAGE_MAX_MAIN_PROSE characters in prose lines (lines
+# that end a sentence: filters/quality.py's line-end rule) and is shorter than WHOLE_PAGE_MAX_SHARE of
+# the whole text: resiliparse's main-content heuristics then missed the page's body (a blog platform's
+# article container, a forum thread, a product grid) and returned a header or nothing, while a short
+# article they found (a paywalled teaser, a wire story of three paragraphs) is prose and stays. The
+# template lines of the whole text are the boilerplate model's to remove (filters/boilerplate.py), as
+# on any page. Chosen on scrapinghub's pages and the development split of the WCXB benchmark
+# (docs/design.md, "Main-content extraction").
+WHOLE_PAGE_MAX_MAIN_CHARS = 1000
+WHOLE_PAGE_MAX_MAIN_PROSE = 400
+WHOLE_PAGE_MAX_SHARE = 0.1
+
+
+def _prose_chars(text: str) -> int:
+    from filters.quality import _ends_with_terminal
+
+    return sum(len(line) for raw in text.split("\n") if (line := raw.strip()) and _ends_with_terminal(line))
 
 
 def run_engine(html: str, engine: str) -> str:
-    """The extractor call itself, identical in process and in the child."""
+    """The extractor call itself, identical in process and in the child. resiliparse: the main content,
+    or the whole page's text where the main content missed the body (WHOLE_PAGE_*), both from one
+    parse. A str holding lone surrogates raises UnicodeEncodeError."""
     if engine == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
+        from resiliparse.parse.html import HTMLTree
 
         if _TWEET_CLASS in html:
             html = html.replace(_TWEET_CLASS, _EMBEDDED_POST_CLASS)
+        tree = HTMLTree.parse(html)
         # post_meta=False: a post's meta block (byline, "Published ..." and "Updated ..." dates, tags,
         # author bio) is not main content; resiliparse keeps it by default. On the scrapinghub
         # benchmark it is 1 annotated line of the ~160 it removes, F1 0.930 -> 0.937, and 15% faster.
-        return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False, links=False,
-                                  form_fields=False, noscript=False, comments=False, post_meta=False)
+        main = extract_plain_text(tree, main_content=True, **_RESILIPARSE_TEXT)
+        if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or _prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
+            return main
+        whole = extract_plain_text(tree, main_content=False, **_RESILIPARSE_TEXT)
+        return whole if len(main) < WHOLE_PAGE_MAX_SHARE * len(whole) else main
     import trafilatura
 
     return trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False, fast=True) or ""
