@@ -8,7 +8,11 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the word tokenizer (filters/_words.c `tokenize` vs filters/quality.py tokenize_python);
 - the Gopher quality rules' word statistics (`word_stats` vs word_stats_python; English stop words);
 - the Gopher repetition rules' word n-gram coverage (filters/_ngrams.c vs ngram_coverage_python), with the
-  quality stage's default n (top 2-4, duplicate 5-10).
+  quality stage's default n (top 2-4, duplicate 5-10);
+- the rules' counts over the whole text (`text_counts` vs text_counts_python: symbol tokens, ellipses,
+  Hangul jamo, Han/Kana, numbers, wide characters);
+- the template-line step's line normalisation (filters/template_lines.py `normalised_lines` vs
+  normalised_lines_python).
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
 """
 
@@ -70,9 +74,9 @@ def main() -> None:
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from filters import quality
+    from filters import quality, template_lines
     from filters._ngrams import ngram_coverage
-    from filters._words import tokenize, word_stats
+    from filters._words import text_counts, tokenize, word_stats
 
     texts = page_texts(args.warc)
     docs = [quality.tokenize_python(t) for t in texts]
@@ -84,6 +88,10 @@ def main() -> None:
                               (stop,), args.repeat),
         "ngram_coverage": compare(ngram_coverage, quality.ngram_coverage_python, docs,
                                   ((2, 3, 4), (5, 6, 7, 8, 9, 10)), args.repeat),
+        "text_counts": compare(lambda text: text_counts(text, classes), quality.text_counts_python, texts, (),
+                               args.repeat),
+        "normalised_lines": compare(template_lines.normalised_lines, template_lines.normalised_lines_python, texts,
+                                    (), args.repeat),
     }
     result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)), **paths}
     print(json.dumps(result, indent=2))

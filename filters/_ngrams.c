@@ -10,7 +10,8 @@
      earlier occurrence, each word once.
    n-grams are numbered densely in order of first occurrence: word ids from a table of the word strings
    (hash, then string equality), then each n-gram's id from the pair (its (n-1)-gram's id, its last
-   word's id) through an open-addressing table of 64-bit keys. One pass per n, linear in the words;
+   word's id) through an open-addressing table of 64-bit keys, which an n-gram whose (n-1)-gram occurs
+   once skips (it cannot occur twice: it takes the next id). One pass per n, linear in the words;
    n stops growing once no n-gram repeats (no longer one can). */
 
 #define PY_SSIZE_T_CLEAN
@@ -154,14 +155,17 @@ static PyObject *ngram_coverage(PyObject *self, PyObject *args) {
     }
     if (m >= 2) {
         memcpy(gram, ids, m * sizeof(int64_t));
+        int64_t distinct = base;
         for (Py_ssize_t n = 1; n <= max_n && n <= m; n++) {
             Py_ssize_t count = m - n + 1;
-            int64_t distinct = base;
             if (n > 1) { /* gram[i] = id of the n-gram at i, from the (n-1)-gram's id and the next word's */
+                memset(counts, 0, distinct * sizeof(int64_t)); /* occurrences of each (n-1)-gram */
+                for (Py_ssize_t i = 0; i <= count; i++) counts[gram[i]]++;
                 table_clear(&table);
                 distinct = 0;
-                for (Py_ssize_t i = 0; i < count; i++)
-                    gram[i] = table_id(&table, (uint64_t)gram[i] * (uint64_t)base + (uint64_t)ids[i + n - 1], &distinct);
+                for (Py_ssize_t i = 0; i < count; i++) /* an n-gram whose (n-1)-gram occurs once is new */
+                    gram[i] = counts[gram[i]] == 1 ? distinct++
+                            : table_id(&table, (uint64_t)gram[i] * (uint64_t)base + (uint64_t)ids[i + n - 1], &distinct);
             }
             if (distinct == count) break; /* no n-gram repeats, so no longer one does either */
             int want_top = contains(top_ns, n), want_dup = contains(dup_ns, n);

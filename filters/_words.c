@@ -15,17 +15,39 @@
    word_stats(words, stop, classes) -> (characters, words without a letter, stop words): the sum of
    the words' lengths; the words whose first character is not alphabetic and that are decimal or made
    of numbers (alphanumeric, not alphabetic), marks and the separators only; the words whose lower()
-   is in the set `stop` (None: 0). */
+   is in the set `stop` (None: 0).
+
+   text_counts(text, classes) -> (symbol tokens, ellipses, extra Hangul jamo, Han/Kana characters,
+   a number?, a wide character?), the oracle being `text_counts_python`, in one scan of the text:
+   - symbol tokens: whitespace-delimited runs (\s, as the regex, is Py_UNICODE_ISSPACE) of characters
+     that are not \w (alphanumeric or '_'), each counted once;
+   - ellipses: maximal runs of three or more '.' and maximal runs of '…' / '⋯' (`\.{3,}|[…⋯]+` takes
+     exactly these: neither alternative can start inside the other's run);
+   - extra jamo: for each Hangul syllable block, 1 for its vowel and 1 more for a final consonant
+     (block index modulo 28 not 0, the Unicode composition of a syllable);
+   - Han/Kana characters, and whether a number that is not a letter or a wide character occurs.
+
+   normalised_lines(folded) -> the lines of an already casefolded text (split at "\n") as
+   filters/template_lines.py `normalise_line` writes them, the oracle being `normalised_lines_python`:
+   whitespace (Py_UNICODE_ISSPACE: str.split's) stripped and each run of it as one space, each decimal
+   digit (Py_UNICODE_ISDECIMAL: the regex \d) as '0'. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-enum { MARK = 1, CJK = 2, NUMBER = 4 };
+/* The bits of `classes`, each from a regex class of filters/quality.py `char_classes`: a combining mark, Han/Kana,
+   a number that is not a letter, an East-Asian wide character, a Hangul syllable, a \w character other than '_'. */
+enum { MARK = 1, CJK = 2, NUMBER = 4, WIDE = 8, HANGUL = 16, ALNUM = 32 };
 
 static inline int cls(const unsigned char *classes, Py_UCS4 c) { return c < 0x10000 ? classes[c] : 0; }
 
+/* Py_UNICODE_ISALNUM: from the table inside the BMP (one lookup instead of up to four). */
+static inline int is_alnum(const unsigned char *classes, Py_UCS4 c) {
+    return c < 0x10000 ? (classes[c] & ALNUM) != 0 : Py_UNICODE_ISALNUM(c);
+}
+
 static inline int is_letter(const unsigned char *classes, Py_UCS4 c) {
-    return (Py_UNICODE_ISALNUM(c) && !(cls(classes, c) & CJK)) ? 1 : 0;
+    return c < 0x10000 ? (classes[c] & (ALNUM | CJK)) == ALNUM : Py_UNICODE_ISALNUM(c);
 }
 
 static inline int is_separator(Py_UCS4 c) { return c == '\'' || c == 0x2019 || c == '-'; }
@@ -157,10 +179,95 @@ static PyObject *word_stats(PyObject *self, PyObject *args) {
     return Py_BuildValue("nnn", chars, no_letter, stops);
 }
 
+static PyObject *text_counts(PyObject *self, PyObject *args) {
+    PyObject *text, *classes_obj;
+    const unsigned char *classes;
+    if (!PyArg_ParseTuple(args, "UO", &text, &classes_obj) || get_classes(classes_obj, &classes) < 0) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t symbol_tokens = 0, ellipses = 0, jamo = 0, cjk = 0, dots = 0;
+    int seen = 0;                 /* the bits of `classes` that occurred */
+    int in_token = 0, symbols_only = 0, in_ellipsis = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int k = cls(classes, c);
+        seen |= k;
+        if (Py_UNICODE_ISSPACE(c)) {
+            symbol_tokens += in_token && symbols_only;
+            in_token = 0;
+        } else {
+            if (!in_token) in_token = symbols_only = 1;
+            if (c == '_' || is_alnum(classes, c)) symbols_only = 0;
+        }
+        if (c == '.') {
+            dots++;
+        } else {
+            ellipses += dots >= 3;
+            dots = 0;
+        }
+        if (c == 0x2026 || c == 0x22EF) {
+            ellipses += !in_ellipsis;
+            in_ellipsis = 1;
+        } else {
+            in_ellipsis = 0;
+        }
+        if (k & HANGUL) jamo += 1 + ((c - 0xAC00) % 28 != 0);
+        cjk += (k & CJK) != 0;
+    }
+    symbol_tokens += in_token && symbols_only;
+    ellipses += dots >= 3;
+    return Py_BuildValue("nnnnNN", symbol_tokens, ellipses, jamo, cjk, PyBool_FromLong(seen & NUMBER),
+                         PyBool_FromLong(seen & WIDE));
+}
+
+static PyObject *normalised_lines(PyObject *self, PyObject *args) {
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text)) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = 0;
+    Py_UCS4 *line = PyMem_Malloc((n + 1) * sizeof(Py_UCS4));
+    PyObject *out = PyList_New(0);
+    if (!line || !out) {
+        PyMem_Free(line);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    int space = 0; /* whitespace after a character of the line, written once another follows */
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        Py_UCS4 c = i < n ? PyUnicode_READ(kind, data, i) : '\n';
+        if (c == '\n') {
+            PyObject *normalised = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, line, len);
+            if (!normalised || PyList_Append(out, normalised) < 0) {
+                Py_XDECREF(normalised);
+                Py_DECREF(out);
+                PyMem_Free(line);
+                return NULL;
+            }
+            Py_DECREF(normalised);
+            len = space = 0;
+        } else if (Py_UNICODE_ISSPACE(c)) {
+            space = len > 0;
+        } else {
+            if (space) line[len++] = ' ';
+            space = 0;
+            line[len++] = Py_UNICODE_ISDECIMAL(c) ? '0' : c;
+        }
+    }
+    PyMem_Free(line);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"tokenize", tokenize, METH_VARARGS, "tokenize(text, classes) -> the quality rules' words of text"},
     {"word_stats", word_stats, METH_VARARGS,
      "word_stats(words, stop, classes) -> (characters, words without a letter, stop words)"},
+    {"text_counts", text_counts, METH_VARARGS,
+     "text_counts(text, classes) -> (symbol tokens, ellipses, extra Hangul jamo, Han/Kana characters, a number?, "
+     "a wide character?)"},
+    {"normalised_lines", normalised_lines, METH_VARARGS,
+     "normalised_lines(folded) -> each line of a casefolded text, stripped, whitespace runs as one space, digits as 0"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_words", NULL, -1, methods};

@@ -51,7 +51,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NamedTuple, Optional
 
 import numpy as np
 from pydantic import (
@@ -276,11 +276,15 @@ def tokenize_python(text: str) -> list[str]:
 @functools.cache
 def char_classes() -> bytes:
     """One byte per BMP code point for filters/_words.c, from the classes the regexes above use:
-    1 a mark (``_MARKS``), 2 Han/Kana (``_CJK``), 4 a number that is not a letter (``_NUMBERS``)."""
+    1 a mark (``_MARKS``), 2 Han/Kana (``_CJK``), 4 a number that is not a letter (``_NUMBERS``),
+    8 a wide character (``_WIDE_RE``), 16 a Hangul syllable (``_HANGUL_SYLLABLES_RE``), 32 a word
+    character (the regex ``\\w``) other than ``_``."""
     table, bmp = bytearray(0x10000), "".join(map(chr, range(0x10000)))
-    for bit, pattern in ((1, f"[{_MARKS}]"), (2, f"[{_CJK}]"), (4, f"[{_NUMBERS}]")):
+    for bit, pattern in ((1, f"[{_MARKS}]"), (2, f"[{_CJK}]"), (4, f"[{_NUMBERS}]"), (8, _WIDE_RE.pattern),
+                         (16, _HANGUL_SYLLABLES_RE.pattern), (32, r"[^\W_]")):
         for m in re.finditer(pattern, bmp):
-            table[m.start()] |= bit
+            for cp in range(*m.span()):
+                table[cp] |= bit
     return bytes(table)
 
 
@@ -294,6 +298,37 @@ def word_stats_python(words: list[str], stop: frozenset[str] | None) -> tuple[in
     return sum(map(len, words)), no_letter, n_stop
 
 
+class TextCounts(NamedTuple):
+    """What the rules count over a document's whole text besides its words and lines."""
+
+    symbol_tokens: int  #: whitespace-delimited runs of punctuation/symbols only ("|", "-->", "•", "###")
+    ellipses: int  #: runs of three or more dots, runs of "…" / "⋯"
+    hangul_extra_jamo: int  #: letters more when Hangul syllables are counted as jamo (`_hangul_extra_jamo`)
+    cjk_chars: int  #: Han/Kana characters
+    has_number: bool  #: a number that is not a letter (``_NUMBERS``) occurs
+    has_wide: bool  #: an East-Asian wide / full-width character (``_WIDE_RE``) occurs
+
+
+def text_counts_python(text: str) -> TextCounts:
+    """The oracle of filters/_words.c, which `text_counts` is where it was built: regex scans, each skipped
+    where a cheaper test shows it would find nothing."""
+    ellipses = len(_ELLIPSIS_RE.findall(text)) if ("..." in text or "…" in text or "⋯" in text) else 0
+    return TextCounts(
+        _count_symbol_tokens(text),
+        ellipses,
+        _hangul_extra_jamo(text) if _HANGUL_SYLLABLES_RE.search(text) else 0,
+        len(_CJK_RE.findall(text)) if _CJK_RE.search(text) else 0,
+        _NUMBER_RE.search(text) is not None,
+        _WIDE_RE.search(text) is not None,
+    )
+
+
+def _count_symbol_tokens(text: str) -> int:
+    """Whitespace-delimited runs of punctuation/symbols only ("|", "-->", "•", "###")."""
+    n = len(_SYMBOL_TOKEN_RE.findall(text))
+    return n + 1 if _SYMBOL_TOKEN_AT_START_RE.match(text) else n
+
+
 try:
     from filters import _words  # built by `pip install` (setup.py) where a C compiler is
 
@@ -304,14 +339,13 @@ try:
     def word_stats(words: list[str], stop: frozenset[str] | None) -> tuple[int, int, int]:
         """See `word_stats_python`."""
         return _words.word_stats(words, stop or None, char_classes())
+
+    def text_counts(text: str) -> TextCounts:
+        """See `text_counts_python`."""
+        return TextCounts(*_words.text_counts(text, char_classes()))
 except ImportError:
     tokenize, word_stats = tokenize_python, word_stats_python
-
-
-def _count_symbol_tokens(text: str) -> int:
-    """Whitespace-delimited runs of punctuation/symbols only ("|", "-->", "•", "###")."""
-    n = len(_SYMBOL_TOKEN_RE.findall(text))
-    return n + 1 if _SYMBOL_TOKEN_AT_START_RE.match(text) else n
+    text_counts = text_counts_python
 
 
 # --------------------------------------------------------------------------------------
@@ -879,12 +913,19 @@ def _ends_with_terminal(line: str) -> bool:
 class _Doc:
     """Per-document shared state (tokens, lines), computed lazily once."""
 
-    __slots__ = ("text", "_words", "_lines")
+    __slots__ = ("text", "_words", "_lines", "_counts")
 
     def __init__(self, text: str):
         self.text = text
         self._words: list[str] | None = None
         self._lines: list[str] | None = None
+        self._counts: TextCounts | None = None
+
+    @property
+    def counts(self) -> TextCounts:
+        if self._counts is None:
+            self._counts = text_counts(self.text)
+        return self._counts
 
     @property
     def words(self) -> list[str]:
@@ -1038,27 +1079,22 @@ class QualityFilter:
         n_words = len(words)
         stop = self._stop_words.get(lang)
         word_chars, n_non_alpha, n_stop = word_stats(words, stop)
-        if self.config.gopher_hangul_length_in_jamo and _HANGUL_SYLLABLES_RE.search(text):
-            word_chars += _hangul_extra_jamo(text)
-        if not _NUMBER_RE.search(text):  # a word without any letter starts with a number (see tokenize)
+        counts = doc.counts
+        if self.config.gopher_hangul_length_in_jamo:
+            word_chars += counts.hangul_extra_jamo
+        if not counts.has_number:  # a word without any letter starts with a number (see tokenize)
             n_non_alpha = 0
         n_hash = text.count("#") + text.count("＃")
-        n_ellipsis = (
-            len(_ELLIPSIS_RE.findall(text))
-            if ("..." in text or "…" in text or "⋯" in text)
-            else 0
-        )
         lines = doc.lines
         n_bullet = sum(1 for ln in lines if ln[0] in _BULLETS)
         n_ell_lines = sum(1 for ln in lines if ln.endswith(_ELLIPSIS_ENDS))
-        n_symbol_tokens = _count_symbol_tokens(text)
         return {
             "gopher_word_count": float(n_words),
             "gopher_mean_word_length": _div(word_chars, n_words),
-            "gopher_symbol_word_ratio": _div(max(n_hash, n_ellipsis), n_words),
+            "gopher_symbol_word_ratio": _div(max(n_hash, counts.ellipses), n_words),
             "gopher_bullet_line_ratio": _div(n_bullet, len(lines)),
             "gopher_ellipsis_line_ratio": _div(n_ell_lines, len(lines)),
-            "gopher_alpha_word_ratio": _div(n_words - n_non_alpha, n_words + n_symbol_tokens),
+            "gopher_alpha_word_ratio": _div(n_words - n_non_alpha, n_words + counts.symbol_tokens),
             "gopher_stopword_count": float(n_stop),
         }
 
@@ -1161,7 +1197,7 @@ class QualityFilter:
         n_punct = sum(1 for ln in lines if _ends_with_terminal(ln))
         limit = c.fineweb_short_line_length
         extra = c.fineweb_wide_char_width - 1
-        if extra and _WIDE_RE.search(text):
+        if extra and doc.counts.has_wide:
             n_short = sum(
                 1 for ln in lines
                 if len(ln) <= limit and len(ln) + extra * len(_WIDE_RE.findall(ln)) <= limit
@@ -1183,10 +1219,10 @@ class QualityFilter:
         """``cjk_bracketed_char_ratio``: Han/Kana characters that stand alone between an opening and
         a closing bracket (any of ``【[（(「『〔〈《`` with its partner or another closer), over all
         Han/Kana characters; 0 for text without any."""
-        text = doc.text
-        if _CJK_RE.search(text) is None:
+        cjk_chars = doc.counts.cjk_chars
+        if not cjk_chars:
             return {"cjk_bracketed_char_ratio": 0.0}
-        return {"cjk_bracketed_char_ratio": _div(len(_BRACKETED_CJK_RE.findall(text)), len(_CJK_RE.findall(text)))}
+        return {"cjk_bracketed_char_ratio": _div(len(_BRACKETED_CJK_RE.findall(doc.text)), cjk_chars)}
 
 
 

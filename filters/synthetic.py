@@ -51,8 +51,7 @@ MT_LANGS = ("en", "de")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_DIGITS = str.maketrans("0123456789", "0000000000")
-_SPACE = re.compile(r"\s+")
+_NONZERO_DIGITS = "123456789"  # ASCII digits other than 0, each written as 0 by `normalize`
 _SENT_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
@@ -94,12 +93,15 @@ def prose_sample(text: str, max_chars: int = MAX_CHARS, min_words: int = MIN_PRO
     if len(sample) > max_chars:
         cut = sample.rfind(" ", 0, max_chars)
         sample = sample[: cut if cut > max_chars // 2 else max_chars]
-    return _SPACE.sub(" ", sample).strip()
+    return " ".join(sample.split())  # whitespace runs as one space, stripped: str.split's whitespace is \s
 
 
 def normalize(sample: str) -> str:
     """fastText input: lower case, ASCII digits -> 0, punctuation split off words, one line."""
-    return " ".join(_TOKEN.findall(sample.lower().translate(_DIGITS)))
+    text = sample.lower()
+    for digit in _NONZERO_DIGITS:  # str.replace searches for one character; str.translate maps each one
+        text = text.replace(digit, "0")
+    return " ".join(_TOKEN.findall(text))
 
 
 STAT_NAMES = ("ttr50", "dup3", "compress", "funcw", "sent_len", "sent_cv", "word_len", "comma", "quote")

@@ -7,7 +7,8 @@ al. 2023, arXiv:2306.16527, §3) removes paragraphs repeated across the pages of
 
 The logic, without Beam (pipelines/template_lines.py is the Beam graph):
 - `normalise_line`: how a line is compared: stripped, whitespace collapsed, casefolded, every digit
-  mapped to 0 ("Page 3 of 12" and "Page 4 of 12" are one line); short lines count; an empty line never;
+  mapped to 0 ("Page 3 of 12" and "Page 4 of 12" are one line); short lines count; an empty line never
+  (`normalised_lines`: every line of a text);
 - `line_hash`: a normalised line as a stable unsigned 64-bit integer (blake2b, never Python's salted
   `hash()`: workers and reruns must agree);
 - `host_of`: the lowercased netloc of a URL, without user info, port and a leading `www.`; no URL (or
@@ -58,6 +59,25 @@ def normalise_line(line: str) -> str:
     return _DIGIT.sub("0", " ".join(line.split()).casefold())
 
 
+def normalised_lines_python(text: str) -> list[str]:
+    """`normalise_line` of each line of `text` (split at "\n"): the oracle of filters/_words.c, which
+    `normalised_lines` is where it was built."""
+    return [normalise_line(line) for line in text.split("\n")]
+
+
+try:
+    from filters import _words  # built by `pip install` (setup.py) where a C compiler is
+
+    def normalised_lines(text: str) -> list[str]:
+        """See `normalised_lines_python`. One casefold of the whole text, then one scan for the lines:
+        casefold maps each character on its own, a whitespace character to itself and any other to
+        characters none of which is whitespace or a digit, so the order of the steps does not matter
+        (tests/test_words_compiled.py checks every code point)."""
+        return _words.normalised_lines(text.casefold())
+except ImportError:
+    normalised_lines = normalised_lines_python
+
+
 def line_hash(normalised: str) -> int:
     """A normalised line as a stable unsigned 64-bit integer."""
     return int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "big")
@@ -84,7 +104,7 @@ def line_hashes(text: str) -> tuple[int, ...]:
     """The distinct hashes of a document's non-empty normalised lines, sorted: what the document
     contributes to its host's counts (a line repeated on one page counts once), and its identity as
     a distinct page."""
-    return tuple(sorted({line_hash(n) for n in map(normalise_line, text.split("\n")) if n}))
+    return tuple(sorted({line_hash(n) for n in set(normalised_lines(text)) if n}))
 
 
 def page_threshold(host_pages: int, min_pages: int = MIN_PAGES, min_share: float = MIN_SHARE) -> int:
@@ -112,7 +132,7 @@ def remove_template_lines(text: str, template: frozenset[int] | set[int]) -> tup
     if not template:
         return text, 0
     lines = text.split("\n")
-    kept = [line for line in lines if not ((n := normalise_line(line)) and line_hash(n) in template)]
+    kept = [line for line, n in zip(lines, normalised_lines(text)) if not (n and line_hash(n) in template)]
     if len(kept) == len(lines):
         return text, 0
     return "\n".join(kept).strip(), len(lines) - len(kept)

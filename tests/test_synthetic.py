@@ -98,6 +98,28 @@ def test_prose_sample_skips_short_lines_and_is_bounded():
     assert len(text_stats(sample)) == len(T.STAT_NAMES)
 
 
+def test_normalize_writes_0_for_every_ascii_digit_and_nothing_else():
+    """normalize's per-digit str.replace against the character map it stands for, on every code point and
+    on random mixes of digits, letters whose lower case is special, marks, punctuation and whitespace."""
+    import re
+    import sys
+
+    digits = str.maketrans("0123456789", "0000000000")
+
+    def by_map(sample):
+        return " ".join(re.findall(r"\w+|[^\w\s]", sample.lower().translate(digits)))
+
+    points = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(points), 2048):
+        text = " 7".join(points[i:i + 2048])
+        assert normalize(text) == by_map(text), i
+    rng = random.Random(0)
+    pool = "0123456789٣０aZİΣßé字 \t\n\u00a0.,!'’\u0301"
+    for n in range(200):
+        text = "".join(rng.choice(pool) for _ in range(n))
+        assert normalize(text) == by_map(text), text
+
+
 def test_split_never_straddles_source_items():
     """Every fast-detect-gpt source item is wholly train or wholly test, and held-out generators never train."""
     rows = _rows("llm_heldout.jsonl")

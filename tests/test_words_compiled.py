@@ -1,7 +1,8 @@
-"""The compiled word tokenizer and Gopher word statistics (filters/_words.c) against their Python oracles
-(filters/quality.py tokenize_python, word_stats_python): the same words and counts on every code point, on
-random texts mixing scripts, marks, digits and separators, and on real pages' text in several languages.
-Also the ellipsis count's regex against its plain form."""
+"""The compiled word tokenizer, Gopher word statistics, whole-text counts and template-line normalisation
+(filters/_words.c) against their Python oracles (filters/quality.py tokenize_python, word_stats_python,
+text_counts_python; filters/template_lines.py normalised_lines_python): the same words, counts and lines on
+every code point, on random texts mixing scripts, marks, digits, separators and whitespace, and on real
+pages' text in several languages. Also the ellipsis count's regex against its plain form."""
 
 import random
 import re
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from filters import quality
-from filters.quality import char_classes, tokenize_python, word_stats_python
+from filters import quality, template_lines
+from filters.quality import char_classes, text_counts_python, tokenize_python, word_stats_python
+from filters.template_lines import normalised_lines_python
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP = quality.QualityFilter(quality.QualityConfig())._stop_words
@@ -19,10 +21,12 @@ STOP = quality.QualityFilter(quality.QualityConfig())._stop_words
 # Characters whose class or case matters to the rules: letters of several scripts, Han, Kana and astral Han,
 # combining marks (BMP and astral), ZWJ/ZWNJ, decimal digits (ASCII, Arabic-Indic, full-width, astral), other
 # numbers (², ½, Ⅻ, ①), the separators a word may hold, other punctuation and symbols, '_', every kind of
-# space, and characters whose lower case is special (İ, ẞ, ǅ, Σ, Ⓐ).
-POOL = ("aAbBzZéÉßẞİıǅǄΣσςΩЖжक ि ्" "ไทย" "한국" "字漢" "ひカ々〇ー" "\U00020000\U0002a6d6"
+# space, characters whose lower case is special (İ, ẞ, ǅ, Σ, Ⓐ), Hangul with and without a final consonant,
+# right-to-left scripts and wide characters that are neither Han/Kana nor Hangul syllables (！, ㄱ).
+POOL = ("aAbBzZéÉßẞİıǅǄΣσςΩЖжक ि ्" "ไทย" "한국하" "字漢" "ひカ々〇ー" "\U00020000\U0002a6d6" "عربيשלום"
         "\u0301\u0308\u093f\U0001d167\u200c\u200d" "0129٣۴१０９\U0001d7cf" "²½Ⅻ①" "'’-.,:/"
-        "!?;\"()[]#…⋯•|_~@&*+=<>€$" " \t\n\u00a0\u2003\u3000\u200b" "ⒶⓐＡａ𝐀" "\U0001f600")
+        "!?;\"()[]#…⋯•|_~@&*+=<>€$！ㄱ" " \t\n\r\x0b\x1c\u0085\u2028\u00a0\u2003\u3000\u200b" "ⒶⓐＡａ𝐀"
+        "\U0001f600")
 
 
 def compiled():
@@ -37,11 +41,23 @@ def random_text(rng: random.Random, n: int) -> str:
     return "".join(rng.choice(POOL) for _ in range(n))
 
 
+def text_counts(text: str) -> tuple:
+    return compiled().text_counts(text, char_classes())
+
+
+def normalised_lines(text: str) -> list[str]:
+    return compiled().normalised_lines(text.casefold())
+
+
 def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
     words = compiled()
     assert quality.tokenize("don't 6,680.69 字字") == ["don't", "6,680.69", "字", "字"]
     assert quality.tokenize is not tokenize_python and quality.word_stats is not word_stats_python
     assert quality.tokenize("x y") == words.tokenize("x y", char_classes())
+    assert quality.text_counts is not text_counts_python
+    assert quality.text_counts("| 한 ... 字 ３") == text_counts_python("| 한 ... 字 ３") == (2, 1, 2, 1, True, True)
+    assert template_lines.normalised_lines is not normalised_lines_python
+    assert template_lines.normalised_lines(" Page 3\tOF 12 \n\nStraße ٣") == ["page 0 of 00", "", "strasse 0"]
 
 
 def test_every_code_point_between_letters_digits_and_alone():
@@ -50,6 +66,18 @@ def test_every_code_point_between_letters_digits_and_alone():
     for i in range(0, len(points), 4096):
         text = "".join(f"a{c}1{c}2.{c} {c}-b" for c in points[i:i + 4096])
         assert tokenize(text, char_classes()) == tokenize_python(text), hex(ord(points[i]))
+
+
+def test_every_code_point_gives_the_oracle_s_counts_and_lines():
+    points = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(points), 4096):
+        chunk = points[i:i + 4096]
+        for text in ("".join(f"a{c}1 {c}{c}{c} ...{c} {c}\n" for c in chunk), " ".join(chunk), "".join(chunk)):
+            assert text_counts(text) == text_counts_python(text), hex(ord(chunk[0]))
+            assert normalised_lines(text) == normalised_lines_python(text), hex(ord(chunk[0]))
+        for c in chunk:  # each alone: a symbol token, or a digit, a wide character, whitespace, a line break
+            assert text_counts(c) == text_counts_python(c), hex(ord(c))
+            assert normalised_lines(c) == normalised_lines_python(c), hex(ord(c))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -62,6 +90,8 @@ def test_random_texts_give_the_oracle_s_words_and_counts(seed):
         stop = frozenset(w.lower() for w in rng.sample(words, min(len(words), 5))) | {"i̇", "ss", "σ", "the"}
         for s in (stop, STOP["en"], frozenset(), None):
             assert compiled().word_stats(words, s or None, char_classes()) == word_stats_python(words, s), (seed, n)
+        assert text_counts(text) == text_counts_python(text), (seed, n, text[:200])
+        assert normalised_lines(text) == normalised_lines_python(text), (seed, n, text[:200])
         # the ellipsis count's regex, with its lookahead for speed, finds what the plain one finds
         assert quality._ELLIPSIS_RE.findall(text) == re.findall(r"\.{3,}|[…⋯]+", text)
 
@@ -90,6 +120,8 @@ def test_real_pages_give_the_oracle_s_words_and_counts():
     for text in texts:
         words = tokenize_python(text)
         assert compiled().tokenize(text, char_classes()) == words
+        assert text_counts(text) == text_counts_python(text)
+        assert normalised_lines(text) == normalised_lines_python(text)
         for lang in ("en", "de", "ru", "zh"):
             stop = STOP.get(lang)
             assert compiled().word_stats(words, stop, char_classes()) == word_stats_python(words, stop)
@@ -108,3 +140,9 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(TypeError):
         words.word_stats(("a",), None, char_classes())
     assert words.word_stats([], None, char_classes()) == (0, 0, 0)
+    with pytest.raises(TypeError):
+        words.text_counts("text", b"short")
+    with pytest.raises(TypeError):
+        words.normalised_lines(b"bytes")
+    assert words.text_counts("", char_classes()) == (0, 0, 0, 0, False, False)
+    assert words.normalised_lines("") == [""]
