@@ -205,9 +205,9 @@ def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_whole_text
     from filters.quality import QualityConfig
 
     html, truth = _wcxb_fixture(page_id)
-    main = extract_plain_text(html, main_content=True, **sandbox._RESILIPARSE_TEXT)
-    whole = extract_plain_text(html, main_content=False, **sandbox._RESILIPARSE_TEXT)
-    assert len(main) < sandbox.WHOLE_PAGE_MAX_MAIN_CHARS and sandbox._prose_chars(main) == 0
+    main = extract_plain_text(html, main_content=True, **sandbox.RESILIPARSE_TEXT_OPTIONS)
+    whole = extract_plain_text(html, main_content=False, **sandbox.RESILIPARSE_TEXT_OPTIONS)
+    assert len(main) < sandbox.WHOLE_PAGE_MAX_MAIN_CHARS and sandbox.prose_chars(main) == 0
     assert len(main) < sandbox.WHOLE_PAGE_MAX_SHARE * len(whole) and _token_f1(main, truth) < 0.05
     text = extract_main_text(html)
     assert text == whole
