@@ -155,7 +155,7 @@ RESILIPARSE_TEXT_OPTIONS = dict(preserve_formatting=True, alt_texts=False, links
 
 # The page's whole text replaces its main content when the main content is shorter than
 # WHOLE_PAGE_MAX_MAIN_CHARS, holds fewer than WHOLE_PAGE_MAX_MAIN_PROSE characters in prose lines (lines
-# that end a sentence: filters/quality.py's line-end rule) and is shorter than WHOLE_PAGE_MAX_SHARE of
+# that end a sentence: filters/line_end.py) and is shorter than WHOLE_PAGE_MAX_SHARE of
 # the whole text: resiliparse's main-content heuristics then missed the page's body (a blog platform's
 # article container, a forum thread, a product grid) and returned a header or nothing, while a short
 # article they found (a paywalled teaser, a wire story of three paragraphs) is prose and stays. The
@@ -168,10 +168,11 @@ WHOLE_PAGE_MAX_SHARE = 0.1
 
 
 def prose_chars(text: str) -> int:
-    """The characters of `text` in lines that end a sentence (filters/quality.py's line-end rule)."""
-    from filters.quality import _ends_with_terminal
+    """The characters of `text` in lines that end a sentence (filters/line_end.py, the quality rules'
+    line-end rule; it loads nothing else, so a child stays a light single-threaded process)."""
+    from filters.line_end import ends_with_terminal
 
-    return sum(len(line) for raw in text.split("\n") if (line := raw.strip()) and _ends_with_terminal(line))
+    return sum(len(line) for raw in text.split("\n") if (line := raw.strip()) and ends_with_terminal(line))
 
 
 def run_engine(html: str, engine: str) -> str:

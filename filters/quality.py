@@ -65,6 +65,8 @@ from pydantic import (
     create_model,
 )
 
+from filters.line_end import CLOSERS, TERMINAL_NOSPACE, ends_with_terminal
+
 __all__ = [
     "QualityConfig",
     "QualityFilter",
@@ -152,12 +154,8 @@ _WIDE_RE = re.compile(
     "\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff01-\uff60\uffe0-\uffe6]"
 )
 
-# Sentence terminators that need no following space (CJK and other scripts).
-_TERMINAL_NOSPACE = "。｡！？．؟۔।॥։።။།។‼⁇⁈⁉"
-_CLOSERS = "\"'”’“»«›‹」』）)]】〕〉》"  # closing quotes / brackets
+_TERMINAL_NOSPACE, _CLOSERS = TERMINAL_NOSPACE, CLOSERS
 _CLOSERS_CLS = re.escape(_CLOSERS)
-_LINE_END_CHARS = frozenset(".!?" + _TERMINAL_NOSPACE + "\"'”’“»«›‹」』")
-_BRACKET_END_RE = re.compile(rf"[.!?{_TERMINAL_NOSPACE}][{_CLOSERS_CLS}]+$")
 
 # C4 sentence counter: one match per sentence end.
 #   * a ``. ! ?`` run that does not follow whitespace or another terminator (so it ends
@@ -905,9 +903,7 @@ def _dup_count_chars(items: list[str]) -> tuple[int, int]:
     return n_dup, chars
 
 
-def _ends_with_terminal(line: str) -> bool:
-    last = line[-1]
-    return last in _LINE_END_CHARS or (last in _CLOSERS and _BRACKET_END_RE.search(line) is not None)
+_ends_with_terminal = ends_with_terminal
 
 
 class _Doc:

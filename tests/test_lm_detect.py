@@ -274,7 +274,9 @@ def test_calibrated_discrepancy_is_a_third_head_of_llm_generated(tiny_lm):
     human = ("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
              "baker ran out of rye by nine. Nobody minded much, and the coffee stand did well.")
     german = "Heute regnet es wieder, deshalb ist der Markt in die Halle gezogen und der Bäcker hat kein Brot mehr."
-    cfg = SyntheticConfig(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999)
+    # poor_mt_threshold 1: this test is about the llm heads; the German line is scored, never dropped
+    cfg = SyntheticConfig(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999,
+                          poor_mt_threshold=1.0)
     stage = ScoreSyntheticText("synthetic", cfg)
     stage.setup()
     docs = [{"id": "en", "text": human, "lang": "en", "scores": {}},
