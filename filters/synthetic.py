@@ -2,8 +2,8 @@
 (low-quality machine translation). DeepSeek-V4-style data step: such text carries little information
 and is treated as implicit repetition, so the pipeline drops documents above configured thresholds.
 
-Each scorer is a quantized fastText supervised classifier (llm: word uni+bigrams; poor_mt: word
-uni+bigrams + char 3-grams) on a normalized, bounded sample of the document's *prose lines*.
+Each scorer is a quantized fastText supervised classifier (word uni+bigrams) on a normalized, bounded
+sample of the document's *prose lines*.
 
 `llm_generated` has a second head for chat/instruction-tuned models, whose text the n-gram model
 (trained mostly on pure samples of weak base models) does not recognise: a logistic regression on
