@@ -237,8 +237,9 @@ def wcxb_scores(root: Path) -> dict:
     fns = engines()
     fns["default"] = fns.pop("default_in_sample")  # the shipped head: WCXB is not split by scrapinghub's halves
     per_page = {name: [scores(fns[name](page, 0), gold) for page, gold, _, _ in pages] for name in WCXB_ENGINES}
-    whole_page = [extract_main_text(page.text, utf8=page.utf8)
-                  != extract_plain_text(page.text, main_content=True, **sandbox.RESILIPARSE_TEXT_OPTIONS)
+    whole_page = [extract_main_text(page.text, utf8=page.utf8) != extract_plain_text(
+                      page.text.replace(sandbox._TWEET_CLASS, sandbox._EMBEDDED_POST_CLASS), main_content=True,
+                      **sandbox.RESILIPARSE_TEXT_OPTIONS)
                   for page, _, _, _ in pages]
     out = {}
     for split in ("dev", "test"):
