@@ -228,19 +228,13 @@ def wcxb_pages(root: Path) -> list[tuple]:
 
 def wcxb_scores(root: Path) -> dict:
     """The WCXB rows: mean scores per split, and per split and page type, for WCXB_ENGINES."""
-    from resiliparse.extract.html2text import extract_plain_text
-
     from extract import sandbox
-    from extract.html import extract_main_text
 
     pages = wcxb_pages(root)
     fns = engines()
     fns["default"] = fns.pop("default_in_sample")  # the shipped head: WCXB is not split by scrapinghub's halves
     per_page = {name: [scores(fns[name](page, 0), gold) for page, gold, _, _ in pages] for name in WCXB_ENGINES}
-    whole_page = [extract_main_text(page.text, utf8=page.utf8) != extract_plain_text(
-                      page.text.replace(sandbox._TWEET_CLASS, sandbox._EMBEDDED_POST_CLASS), main_content=True,
-                      **sandbox.RESILIPARSE_TEXT_OPTIONS)
-                  for page, _, _, _ in pages]
+    whole_page = [sandbox.resiliparse_text(page.text)[1] for page, _, _, _ in pages]
     out = {}
     for split in ("dev", "test"):
         rows = [k for k, p in enumerate(pages) if p[2] == split]

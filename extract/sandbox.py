@@ -66,6 +66,8 @@ import sys
 import threading
 import time
 
+from filters.line_end import ends_with_terminal  # only `re`: a child stays a light single-threaded process
+
 ENGINES = ("resiliparse", "trafilatura")
 # The page steps besides main-content extraction that walk a page's DOM (op b"S"): "module:function",
 # each taking (html, *args) and returning plain data (tuples, lists, str, int, float, None), which is all
@@ -169,28 +171,32 @@ WHOLE_PAGE_MAX_SHARE = 0.1
 
 def prose_chars(text: str) -> int:
     """The characters of `text` in lines that end a sentence (filters/line_end.py, the quality rules'
-    line-end rule; it loads nothing else, so a child stays a light single-threaded process)."""
-    from filters.line_end import ends_with_terminal
-
+    line-end rule)."""
     return sum(len(line) for raw in text.split("\n") if (line := raw.strip()) and ends_with_terminal(line))
 
 
-def run_engine(html: str, engine: str) -> str:
-    """The extractor call itself, identical in process and in the child. resiliparse: the main content,
-    or the whole page's text where the main content missed the body (WHOLE_PAGE_*), both from one
-    parse. A str holding lone surrogates raises UnicodeEncodeError."""
-    if engine == "resiliparse":
-        from resiliparse.extract.html2text import extract_plain_text
-        from resiliparse.parse.html import HTMLTree
+def resiliparse_text(html: str) -> tuple[str, bool]:
+    """(the main content, or the whole page's text where the main content missed the body
+    (WHOLE_PAGE_*), both from one parse; whether it is the whole page's). A str holding lone surrogates
+    raises UnicodeEncodeError."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
 
-        if _TWEET_CLASS in html:
-            html = html.replace(_TWEET_CLASS, _EMBEDDED_POST_CLASS)
-        tree = HTMLTree.parse(html)
-        main = extract_plain_text(tree, main_content=True, **RESILIPARSE_TEXT_OPTIONS)
-        if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
-            return main
-        whole = extract_plain_text(tree, main_content=False, **RESILIPARSE_TEXT_OPTIONS)
-        return whole if len(main) < WHOLE_PAGE_MAX_SHARE * len(whole) else main
+    if _TWEET_CLASS in html:
+        html = html.replace(_TWEET_CLASS, _EMBEDDED_POST_CLASS)
+    tree = HTMLTree.parse(html)
+    main = extract_plain_text(tree, main_content=True, **RESILIPARSE_TEXT_OPTIONS)
+    if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
+        return main, False
+    whole = extract_plain_text(tree, main_content=False, **RESILIPARSE_TEXT_OPTIONS)
+    return (whole, True) if len(main) < WHOLE_PAGE_MAX_SHARE * len(whole) else (main, False)
+
+
+def run_engine(html: str, engine: str) -> str:
+    """The extractor call itself, identical in process and in the child (resiliparse_text, or
+    trafilatura)."""
+    if engine == "resiliparse":
+        return resiliparse_text(html)[0]
     import trafilatura
 
     return trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False, fast=True) or ""

@@ -56,7 +56,8 @@ from functools import lru_cache
 from operator import mul
 from pathlib import Path
 
-from filters.quality import _SENT_END_RE, _WIDE_RE, _ends_with_terminal
+from filters.line_end import ends_with_terminal
+from filters.quality import _SENT_END_RE, _WIDE_RE
 
 MODEL_PATH = Path(__file__).parent / "models" / "boilerplate_lines.json"
 
@@ -137,7 +138,7 @@ def line_features(lines: list[str]) -> tuple[list[list[float] | None], list[bool
     kept = [(raw, line) for raw in lines if (line := raw.strip())]
     n = len(kept)
     cols = [len(line) if line.isascii() else len(line) + len(_WIDE_RE.findall(line)) for _, line in kept]
-    prose = [c >= PROSE_COLS or _ends_with_terminal(line) or len(_SENT_END_RE.findall(line)) >= PROSE_SENTENCES
+    prose = [c >= PROSE_COLS or ends_with_terminal(line) or len(_SENT_END_RE.findall(line)) >= PROSE_SENTENCES
              for c, (_, line) in zip(cols, kept)]
     if all(prose):
         return [None] * n, prose

@@ -27,7 +27,7 @@ from collections import Counter
 from itertools import accumulate
 
 from filters.boilerplate import join_without, remove_context_boilerplate
-from filters.quality import _ends_with_terminal
+from filters.line_end import ends_with_terminal
 
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")
@@ -213,7 +213,7 @@ def _copy_key(key: str) -> str:
 
 def _ends_sentence(key: str) -> bool:
     """`key` ends a sentence, perhaps followed by a bracketed credit."""
-    return _ends_with_terminal(key) or (key[-1] == ")" and _CREDIT_END.search(key, max(0, len(key) - 84)) is not None)
+    return ends_with_terminal(key) or (key[-1] == ")" and _CREDIT_END.search(key, max(0, len(key) - 84)) is not None)
 
 
 def _truncated_copies(keys: list[str], min_chars: int) -> set[int]:

@@ -154,8 +154,7 @@ _WIDE_RE = re.compile(
     "\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff01-\uff60\uffe0-\uffe6]"
 )
 
-_TERMINAL_NOSPACE, _CLOSERS = TERMINAL_NOSPACE, CLOSERS
-_CLOSERS_CLS = re.escape(_CLOSERS)
+_CLOSERS_CLS = re.escape(CLOSERS)
 
 # C4 sentence counter: one match per sentence end.
 #   * a ``. ! ?`` run that does not follow whitespace or another terminator (so it ends
@@ -173,12 +172,12 @@ _CLOSERS_CLS = re.escape(_CLOSERS)
 # ``re`` can skip quickly to candidate characters (4x faster than look-behind first).
 _LOWER, _UPPER = "a-zß-öø-ÿа-яё", "A-ZÀ-ÖØ-ÞА-ЯЁ"
 _SENT_END_RE = re.compile(
-    rf"[.!?{_TERMINAL_NOSPACE}]"
+    rf"[.!?{TERMINAL_NOSPACE}]"
     rf"(?:(?<=[.!?])(?<![\s.!?…⋯].)(?!(?<=\.)\.)[.!?]*[{_CLOSERS_CLS}]*"
     rf"(?=\s|$|[{_CJK}\uac00-\ud7a3])"
     rf"|(?<=[\w{_CLOSERS_CLS}][ \t][.!?])(?!(?<=\.)\.)[!?]*(?=[ \t\n]+\S|\s*$)"
     rf"|(?<=[{_LOWER}]{{2}}[.!?])(?=[{_UPPER}][{_LOWER}])"
-    rf"|(?<=[{_TERMINAL_NOSPACE}])[{_TERMINAL_NOSPACE}]*)"
+    rf"|(?<=[{TERMINAL_NOSPACE}])[{TERMINAL_NOSPACE}]*)"
 )
 
 _LOREM_RE = re.compile(r"lorem\s+ipsum", re.IGNORECASE)
@@ -903,9 +902,6 @@ def _dup_count_chars(items: list[str]) -> tuple[int, int]:
     return n_dup, chars
 
 
-_ends_with_terminal = ends_with_terminal
-
-
 class _Doc:
     """Per-document shared state (tokens, lines), computed lazily once."""
 
@@ -1190,7 +1186,7 @@ class QualityFilter:
         c = self.config
         text, lines = doc.text, doc.lines
         n_lines = len(lines)
-        n_punct = sum(1 for ln in lines if _ends_with_terminal(ln))
+        n_punct = sum(1 for ln in lines if ends_with_terminal(ln))
         limit = c.fineweb_short_line_length
         extra = c.fineweb_wide_char_width - 1
         if extra and doc.counts.has_wide:

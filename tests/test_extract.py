@@ -183,12 +183,10 @@ def _wcxb_fixture(page_id):
 
 
 def _token_f1(predicted, truth):
-    import re
-    from collections import Counter
+    """The extraction benchmarks' bag-of-tokens F1 (filters/train_boilerplate.py)."""
+    from filters.train_boilerplate import scores, tokens
 
-    pred, gold = (Counter(re.findall(r"\w+", t.lower())) for t in (predicted, truth))
-    shared = sum((pred & gold).values())
-    return 2 * shared / (sum(pred.values()) + sum(gold.values())) if shared else 0.0
+    return scores(tokens(predicted), tokens(truth))[2]
 
 
 @pytest.mark.parametrize("page_id", ["4117", "0575"])
