@@ -162,11 +162,15 @@ RESILIPARSE_TEXT_OPTIONS = dict(preserve_formatting=True, alt_texts=False, links
 # article container, a forum thread, a product grid) and returned a header or nothing, while a short
 # article they found (a paywalled teaser, a wire story of three paragraphs) is prose and stays. The
 # template lines of the whole text are the boilerplate model's to remove (filters/boilerplate.py), as
-# on any page. Chosen on scrapinghub's pages and the development split of the WCXB benchmark
-# (docs/design.md, "Main-content extraction").
+# on any page. What such a page gives is its text without its landmarks of navigation, banner, footer and
+# aside (HTML's nav, header, footer and aside elements, ARIA's navigation, banner and contentinfo roles:
+# WHATWG HTML 4.3, WAI-ARIA 1.2 5.3.4), which hold its menus; the whole text only where nothing else is
+# left. Chosen on scrapinghub's pages and the development split of the WCXB benchmark (docs/design.md,
+# "Main-content extraction").
 WHOLE_PAGE_MAX_MAIN_CHARS = 1000
 WHOLE_PAGE_MAX_MAIN_PROSE = 400
 WHOLE_PAGE_MAX_SHARE = 0.1
+PAGE_LANDMARKS = ["nav", "header", "footer", "aside", "[role=navigation]", "[role=banner]", "[role=contentinfo]"]
 
 
 def prose_chars(text: str) -> int:
@@ -177,8 +181,8 @@ def prose_chars(text: str) -> int:
 
 def resiliparse_text(html: str) -> tuple[str, bool]:
     """(the main content, or the whole page's text where the main content missed the body
-    (WHOLE_PAGE_*), both from one parse; whether it is the whole page's). A str holding lone surrogates
-    raises UnicodeEncodeError."""
+    (WHOLE_PAGE_*; without PAGE_LANDMARKS unless they hold all of it), all from one parse; whether it is
+    the whole page's). A str holding lone surrogates raises UnicodeEncodeError."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
@@ -189,7 +193,10 @@ def resiliparse_text(html: str) -> tuple[str, bool]:
     if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
         return main, False
     whole = extract_plain_text(tree, main_content=False, **RESILIPARSE_TEXT_OPTIONS)
-    return (whole, True) if len(main) < WHOLE_PAGE_MAX_SHARE * len(whole) else (main, False)
+    if len(main) >= WHOLE_PAGE_MAX_SHARE * len(whole):
+        return main, False
+    body = extract_plain_text(tree, main_content=False, skip_elements=PAGE_LANDMARKS, **RESILIPARSE_TEXT_OPTIONS)
+    return (body if body.strip() else whole), True
 
 
 def run_engine(html: str, engine: str) -> str:
