@@ -186,14 +186,47 @@ def _model_in(annotation) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
+# The folders whose code and models make a run's outputs (code_digest).
+CODE_FOLDERS = ("extract", "filters", "dedup", "packing", "pipelines")
+CODE_SUFFIXES = (".py", ".c")
+
+
+@lru_cache(maxsize=None)
+def code_digest(root: Path = Path(__file__).resolve().parents[1]) -> str:
+    """Hash of the code a run's outputs come from: the sources of CODE_FOLDERS (Python and the C of the
+    compiled extensions), the shipped models (filters/models, documentation aside) and the installed
+    versions of this package's dependencies (`root`: the source tree). Part of every stage's fingerprint, so that a finished
+    stage is not reused by another version of the code or of a library (resiliparse, fastText...)."""
+    from importlib import metadata
+
+    digest = hashlib.sha256()
+    for folder in CODE_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            model = path.parent == root / "filters" / "models" and path.suffix != ".md"
+            if path.is_file() and (path.suffix in CODE_SUFFIXES or model):
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    try:
+        requirements = metadata.requires("curate") or []
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        requirements = []
+    for requirement in sorted(r for r in requirements if "extra ==" not in r):  # not the dev tools
+        name = requirement.split(";")[0].split("==")[0].split("[")[0].strip()
+        try:
+            digest.update(f"{name}=={metadata.version(name)}\0".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name} absent\0".encode())
+    return digest.hexdigest()[:16]
+
+
 def stage_fingerprint(cfg: BaseModel, stage: str, upstream: str | None, sections: tuple[str, ...] = (),
                       side: dict | None = None, input_files: list[dict] | None = None) -> str:
     """Hash of everything that determines a stage's output: its config section and the other
     `sections` it uses (as their `model_dump()`), the fingerprints of the stages whose outputs it also
-    reads (`side`), and the upstream stage's fingerprint, or for a stage that reads the input files
-    itself (upstream None) the `input_files`. A finished stage is reused only if this matches."""
+    reads (`side`), the code (`code_digest`), and the upstream stage's fingerprint, or for a stage that
+    reads the input files itself (upstream None) the `input_files`. A finished stage is reused only if
+    this matches."""
     values = cfg.model_dump()
-    payload = {"stage": stage, "section": values.get(stage), "upstream": upstream,
+    payload = {"stage": stage, "section": values.get(stage), "upstream": upstream, "code": code_digest(),
                "write_dropped": cfg.write_dropped, "sections": {s: values[s] for s in sections}}
     if side:
         payload["side"] = side

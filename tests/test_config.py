@@ -189,3 +189,28 @@ def test_auto_workers_take_one_per_32_mib_of_input_and_at_most_one_per_core(monk
     assert load_config(None, workers="auto").workers == "auto"
     with pytest.raises(ConfigError, match="workers"):
         load_config(None, workers="many")
+
+
+def test_the_code_digest_follows_sources_and_models_not_their_documentation(tmp_path, monkeypatch):
+    """A stage's fingerprint covers the code: a source file, a C extension's source or a shipped model
+    changed gives another digest (a finished stage is not reused by other code), the model card does not."""
+    from pipelines.config import code_digest, stage_fingerprint
+
+    (tmp_path / "extract").mkdir()
+    (tmp_path / "filters" / "models").mkdir(parents=True)
+    files = {"extract/html.py": "A = 1\n", "filters/_words.c": "int a;\n", "filters/models/lid.ftz": "model",
+             "filters/models/MODEL_CARD.md": "card"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    digests = {code_digest(tmp_path)}
+    for name, changes in (("extract/html.py", True), ("filters/_words.c", True), ("filters/models/lid.ftz", True),
+                          ("filters/models/MODEL_CARD.md", False)):
+        (tmp_path / name).write_text(files[name] + "changed\n")
+        code_digest.cache_clear()
+        digest = code_digest(tmp_path)
+        assert (digest not in digests) == changes, name
+        digests.add(digest)
+    cfg = load_config(None)
+    fingerprint = stage_fingerprint(cfg, "quality", "abc")
+    monkeypatch.setattr("pipelines.config.code_digest", lambda: "another version")
+    assert stage_fingerprint(cfg, "quality", "abc") != fingerprint
