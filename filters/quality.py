@@ -674,8 +674,9 @@ class _QualitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     c4_line_filter: StrictBool = Field(True, description=(
-        "Remove C4's policy/javascript lines (filters/clean.py) before the rules, as datatrove's "
-        "C4QualityFilter does in the FineWeb recipe; the document rules see the cleaned text."))
+        "Remove C4's policy lines and its javascript lines, narrowed to notices that JavaScript is needed "
+        "(filters/clean.py), before the rules, as datatrove's C4QualityFilter does in the FineWeb recipe; the "
+        "document rules see the cleaned text."))
     label_lines: StrictBool = Field(True, description=(
         "Remove lines that are only an ad slot's label (\"Advertisement\", \"Story continues below advertisement\", "
         "\"Anzeige\") or a photo credit (\"Photo: Hau Dinh, AP\"; filters/clean.py) before the rules; the document "

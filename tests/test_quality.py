@@ -631,6 +631,26 @@ def test_quality_stage_removes_c4_policy_lines_first():
             assert outs[0]["text"] == text and "boilerplate_lines" not in scores
 
 
+@pytest.mark.parametrize("line, notice", [
+    ("Please enable JavaScript to view comments.", True),
+    ("This slideshow requires JavaScript.", True),
+    ("Please note that Javascript is turned off in your web browser.", True),
+    ("If you don't know how to turn on Javascript, click here for help.", True),
+    ("Bitte aktivieren Sie JavaScript in Ihrem Browser.", True),
+    ("Veuillez activer JavaScript pour afficher cette page.", True),
+    ("React components are JavaScript functions that return markup:", False),
+    ("JavaScript maintains a job queue and runs each job to completion.", False),
+    ("The interactive JavaScript console is an active area of work.", False),
+])
+def test_a_line_naming_javascript_goes_only_when_it_is_a_notice(line, notice):
+    """C4's javascript rule narrowed to the notices it is for (filters/clean.py): a tutorial's or a
+    reference page's lines about the language stay."""
+    from filters.clean import remove_boilerplate_lines
+
+    text = f"The river survey started in spring.\n{line}"
+    assert remove_boilerplate_lines(text) == (("The river survey started in spring.", 1) if notice else (text, 0))
+
+
 # --------------------------------------------------------------------------------------
 # Oracle: outputs recorded from the implementation before the rule table refactor
 # --------------------------------------------------------------------------------------
