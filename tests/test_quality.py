@@ -1459,6 +1459,23 @@ def test_label_lines_go_whole_lines_only_and_a_real_story_passes_without_them():
     assert remove_label_lines("\n".join(prose)) == ("\n".join(prose), 0)
 
 
+def test_skip_link_lines_go_and_prose_that_starts_like_one_stays():
+    """Lines of skip links (WCAG 2.4.1's bypass links, which extractors keep as a text's first line), in the
+    forms the WCXB benchmark's pages give them, run together included, and in other languages; a sentence
+    or heading that begins with "Skip to" / "Jump to" and says more stays."""
+    from filters.clean import remove_label_lines
+
+    links = ["Skip to main content", "Skip to contentSkip to footer", "skip to main contentskip to footer",
+             "Jump to:navigation Jump to:search", "Skip to content \u2193", "  Jump to a section:",
+             "Skip to\xa0content", "Zum Inhalt springen", "Aller au contenu principal", "Перейти к содержимому",
+             "Skip to search resultsSkip to filtersSkip to sortSkip to selected filters"]
+    prose = ["Skip to Chunk 4 without Chunk 2, and you will be lost when part three begins.",
+             "JUMP TO THE LIST \u2935 The moving process in San Francisco can be hard.",
+             "Skipping to the end is fine.", "Skip to main contentLink to External Link Policy and Disclaimers page",
+             "Direkt zum Inhalt der Seite springen Sie mit dieser Taste, die alle Leser kennen."]
+    assert remove_label_lines("\n".join(links + prose)) == ("\n".join(prose), len(links))
+
+
 def test_rendering_copies_go_and_loops_menus_and_short_lines_keep_every_copy_for_the_repetition_rules():
     from filters.clean import remove_rendering_copies
 
