@@ -219,8 +219,10 @@ def main() -> int:
             out[g] = round(T.roc_auc([r["label"] for r in ev], score), 3)
         report["cascade"][f"{share:.0%}_to_lm"] = out
     print(json.dumps(report, indent=1))
-    record(__file__, {**{f"{name}, ROC-AUC by held-out generator": ", ".join(f"{g} {v}" for g, v in by.items())
-                         for name, by in report["combiners"].items()},
+    cost = ({} if report["seconds_per_doc"] is None else
+            {"seconds a document, the LMs' statistics and the cheap heads, one process": report["seconds_per_doc"]})
+    record(__file__, {**cost, **{f"{name}, ROC-AUC by held-out generator": ", ".join(f"{g} {v}" for g, v in by.items())
+                                 for name, by in report["combiners"].items()},
                       **{f"cascade, {share}": ", ".join(f"{g} {v}" for g, v in by.items())
                          for share, by in report["cascade"].items()}}, report)
     return 0
