@@ -4,17 +4,16 @@
   "enable JavaScript" notices through; C4 drops any line containing these phrases. The javascript rule
   is narrowed to the notices it is for: a line naming JavaScript goes when it also says what a notice
   says (enable, disable, turn on or off, requires, activate: `JAVASCRIPT_NOTICE`). C4's own rule drops
-  every line that names the language: on the WCXB benchmark's development pages it took 214 lines of
-  annotated main content (tutorials, reference documentation, an essay on web development; 8,937 words)
-  for 38 others;
+  every line that names the language, and with it the tutorials and reference documentation of the
+  language (docs/design.md, "Main-content extraction");
 - label lines: a line that is only the label of an ad slot ("Advertisement", "Story continues below
   advertisement", "Anzeige", "广告"), which news templates set between paragraphs, or a photo credit
   ("Photo: Hau Dinh, AP") under each rendering of a gallery's caption, where extractors keep them as part
   of the article. Five ad labels cost a Gizmodo story FineWeb's duplicate-line rule, and the credits under
   a caption rendered twice or three times cost AP stories the same rule once their caption copies are gone;
   and a line of skip links ("Skip to main content", "Skip to contentSkip to footer", "Zum Inhalt springen":
-  the links that let a keyboard user bypass a page's menus, WCAG 2.4.1), which extractors keep as the
-  text's first line on 12% of the WCXB benchmark's development pages;
+  the links that let a keyboard user bypass a page's menus, WCAG 2.4.1), which extractors keep, often as
+  the text's first line, where the first-line guard of the line model keeps them;
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
