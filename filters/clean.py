@@ -40,11 +40,13 @@ POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses co
                      "use cookies")
 _POLICY = re.compile("|".join(re.escape(s) for s in POLICY_SUBSTRINGS), re.I)
 _JAVASCRIPT = re.compile(r"\bjavascript\b", re.I)
-# What a "JavaScript is off" notice says besides the name (English, and the verbs of the notices in
-# German, French, Spanish and Italian: aktivieren, activer, habilitar, abilitare). No nested quantifiers:
-# linear in the line.
-JAVASCRIPT_NOTICE = re.compile(r"enabl|disabl|\b(?:turn|switch)(?:ed)?\s+(?:it\s+)?(?:on|off)\b|\brequire[sd]?\b"
-                               r"|\bactiv(?:at|er\b|ez\b|é)|\baktivier|\bhabilit|\babilit", re.I)
+# What a "JavaScript is off" notice says besides the name: enable / disable (not the prose verb
+# "enables"), turn or switch on / off, requires JavaScript / JavaScript (is) required, activate (not
+# "activates"), and the verbs of the notices in German, French, Spanish and Italian (aktivieren, activer,
+# habilitar, abilitare). No nested quantifiers: linear in the line.
+JAVASCRIPT_NOTICE = re.compile(r"\b(?:en|dis)abl(?:e|ed|ing)\b|\b(?:turn|switch)(?:ed)?\s+(?:it\s+)?(?:on|off)\b"
+                               r"|\brequires?\s+javascript\b|\bjavascript\s+(?:is\s+)?required\b"
+                               r"|\bactivat(?:e|ed|ing)\b|\bactiv(?:er|ez|é)\b|\baktivier|\bhabilit|\babilit", re.I)
 
 
 def is_boilerplate_line(line: str) -> bool:

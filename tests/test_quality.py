@@ -641,6 +641,10 @@ def test_quality_stage_removes_c4_policy_lines_first():
     ("React components are JavaScript functions that return markup:", False),
     ("JavaScript maintains a job queue and runs each job to completion.", False),
     ("The interactive JavaScript console is an active area of work.", False),
+    ("JavaScript enables interactive pages, and the click handler activates the menu.", False),
+    ("Modern JavaScript requires a build step for older browsers.", False),
+    ("JavaScript is required to use this site.", True),
+    ("Please ensure Javascript is enabled for purposes of website accessibility", True),
 ])
 def test_a_line_naming_javascript_goes_only_when_it_is_a_notice(line, notice):
     """C4's javascript rule narrowed to the notices it is for (filters/clean.py): a tutorial's or a
