@@ -28,8 +28,8 @@ With `--wcxb DIR` (a checkout of github.com/Murrough-Foley/web-content-extractio
 2,008 human-reviewed pages of 1,613 sites in seven page types, a development and a held-out test split),
 the same scores on those pages too, untimed, per split and page type, for `default` (the shipped head;
 its development split is in its training data, its test split never), `default_extractor`,
-`resiliparse_bare`, `trafilatura` and `trafilatura_precision`, and how many pages took the whole page's
-text because the main content missed the body (extract/sandbox.py WHOLE_PAGE_*).
+`resiliparse_bare`, `trafilatura` and `trafilatura_precision`, and how many pages took the page's
+text because the main content missed the body (extract/sandbox.py WHOLE_PAGE_*, PAGE_LANDMARKS).
 
 Scores, as the benchmark's own evaluation uses them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /

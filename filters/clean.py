@@ -49,7 +49,7 @@ JAVASCRIPT_NOTICE = re.compile(r"\b(?:en|dis)abl(?:e|ed|ing)\b|\b(?:turn|switch)
                                r"|\bactivat(?:e|ed|ing)\b|\bactiv(?:er|ez|é)\b|\baktivier|\bhabilit|\babilit", re.I)
 
 
-def is_boilerplate_line(line: str) -> bool:
+def _is_boilerplate_line(line: str) -> bool:
     """A policy line, or a notice that JavaScript is needed (the module docstring)."""
     return bool(_POLICY.search(line) or (_JAVASCRIPT.search(line) and JAVASCRIPT_NOTICE.search(line)))
 
@@ -60,7 +60,7 @@ def remove_boilerplate_lines(text: str) -> tuple[str, int]:
     if "javascript" not in lowered and not any(s in lowered for s in POLICY_SUBSTRINGS):
         return text, 0
     lines = text.split("\n")
-    kept = [line for line in lines if not is_boilerplate_line(line)]
+    kept = [line for line in lines if not _is_boilerplate_line(line)]
     return "\n".join(kept).strip(), len(lines) - len(kept)
 
 

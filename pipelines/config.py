@@ -195,14 +195,15 @@ CODE_SUFFIXES = (".py", ".c")
 def code_digest(root: Path = Path(__file__).resolve().parents[1]) -> str:
     """Hash of the code a run's outputs come from: the sources of CODE_FOLDERS (Python and the C of the
     compiled extensions), the shipped models (filters/models, documentation aside) and the installed
-    versions of this package's dependencies (`root`: the source tree). Part of every stage's fingerprint, so that a finished
-    stage is not reused by another version of the code or of a library (resiliparse, fastText...)."""
+    versions of this package's dependencies (`root`: the source tree). Part of every stage's fingerprint,
+    so that a finished stage is not reused by another version of the code or of a library (resiliparse,
+    fastText...)."""
     from importlib import metadata
 
-    digest = hashlib.sha256()
+    digest, models = hashlib.sha256(), root / "filters" / "models"
     for folder in CODE_FOLDERS:
         for path in sorted((root / folder).rglob("*")):
-            model = path.parent == root / "filters" / "models" and path.suffix != ".md"
+            model = path.parent == models and path.suffix != ".md"
             if path.is_file() and (path.suffix in CODE_SUFFIXES or model):
                 digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     try:

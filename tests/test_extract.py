@@ -190,7 +190,7 @@ def _token_f1(predicted, truth):
 
 
 @pytest.mark.parametrize("page_id", ["4117", "0575"])
-def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_whole_text(page_id):
+def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_text_without_landmarks(page_id):
     """Two real pages of the WCXB benchmark (tests/data/extraction_wcxb: an article of a site builder's
     template, a lobste.rs thread): resiliparse's main-content mode returns a header of under 110
     characters and no prose, under a tenth of the page's text, so the engine takes the whole page's
