@@ -31,6 +31,16 @@ its development split is in its training data, its test split never), `default_e
 `resiliparse_bare`, `trafilatura` and `trafilatura_precision`, and how many pages took the page's
 text because the main content missed the body (extract/sandbox.py WHOLE_PAGE_*, PAGE_LANDMARKS).
 
+With `--snippets DIR` (the `tests` folder of github.com/adbar/trafilatura, Apache-2.0: `evaldata.json` and
+the HTML of `cache/` and `eval/`, ~990 pages of news, magazines, blogs and public bodies' sites, most of
+them German, some Polish, French, Spanish and English), the scores of that benchmark's own metric for
+`default`, `default_extractor`, `resiliparse_bare`, `trafilatura` (defaults) and `trafilatura_evalopts`
+(its settings there: include_comments=False, include_tables=True): per page, each hand-picked segment
+of the main text found in the output (whitespace normalised) is a true positive, each segment of the
+page's boilerplate found a false positive; precision, recall and F1 over all segments, for all pages,
+per half (sha256 of the URL: what was looked at when choosing a line step, and what was not) and per
+language of the annotated segments (fastText lid.176). Nothing is fitted on it.
+
 Scores, as the benchmark's own evaluation uses them: per page, the bag of
 lower-cased word tokens (\\w+) of the output against the annotation's; precision = shared tokens /
 output tokens, recall = shared / annotated (an empty output: precision 0); F1 of the two; each
@@ -44,7 +54,7 @@ text after the line steps without the model (for the `default` rows: on their ow
 per page (mean over the pages, on the extractor's text).
 
     .venv/bin/python benchmarks/extraction_eval.py [--data ../shared/data/html/scrapinghub_aeb] [--half 0|1] [--rounds 3]
-        [--wcxb DIR]
+        [--wcxb DIR] [--snippets DIR]
 """
 
 from __future__ import annotations
@@ -248,12 +258,64 @@ def wcxb_scores(root: Path) -> dict:
     return out
 
 
+SNIPPET_ENGINES = ("default", "default_extractor", "resiliparse_bare", "trafilatura", "trafilatura_evalopts")
+
+
+def snippet_counts(output: str, item: dict) -> tuple[int, int, int]:
+    """(true positives, false positives, false negatives) of one page under the snippet benchmark's metric:
+    its `with` segments found in the output, its `without` segments found, its `with` segments missed."""
+    text = " ".join(output.split())
+    found = sum(" ".join(w.split()) in text for w in item["with"])
+    return found, sum(" ".join(w.split()) in text for w in item["without"]), len(item["with"]) - found
+
+
+def snippet_scores(root: Path) -> dict:
+    """The snippet benchmark's rows: precision, recall and F1 over all segments, for all pages, per half
+    and per language, for SNIPPET_ENGINES."""
+    import hashlib
+
+    import trafilatura
+
+    from extract.html import decode_html
+    from filters.language import LanguageIdentifier
+
+    data = json.loads((root / "evaldata.json").read_text())
+    fns = engines()
+    fns["default"] = fns.pop("default_in_sample")  # the shipped head: nothing of this set is in its fit
+    fns["trafilatura_evalopts"] = lambda page, half: trafilatura.extract(
+        page.text, include_comments=False, include_tables=True) or ""
+    language = LanguageIdentifier()
+    counts = {}  # (engine, group) -> [tp, fp, fn]
+    for url in sorted(data):
+        item = data[url]
+        path = next((root / sub / item["file"] for sub in ("cache", "eval") if (root / sub / item["file"]).is_file()), None)
+        if path is None:
+            continue
+        page = decode_html(path.read_bytes(), "")
+        groups = ("all", f"half {hashlib.sha256(url.encode()).digest()[0] & 1}",
+                  f"lang {language(' '.join(item['with']))[0]}")
+        for name in SNIPPET_ENGINES:
+            found = snippet_counts(fns[name](page, 0), item)
+            for group in groups:
+                total = counts.setdefault((name, group), [0, 0, 0, 0])
+                total[:3] = [a + b for a, b in zip(total[:3], found)]
+                total[3] += 1
+    out = {}
+    for (name, group), (tp, fp, fn, pages) in sorted(counts.items()):
+        precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out.setdefault(group, {"pages": pages})[name] = {"precision": round(precision, 4), "recall": round(recall, 4),
+                                                         "f1": round(f1, 4)}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--half", type=int, choices=(0, 1), help="only the pages of this half (default: all)")
     ap.add_argument("--rounds", type=int, default=3, help="timed passes of every engine; the fastest counts")
     ap.add_argument("--wcxb", type=Path, help="a WCXB checkout: score its pages too (untimed)")
+    ap.add_argument("--snippets", type=Path, help="trafilatura's tests folder: score its pages too (untimed)")
     args = ap.parse_args(argv)
     truth_file = args.data / "ground-truth.json"
     if not truth_file.exists():
@@ -309,6 +371,13 @@ def main(argv=None) -> int:
         for split, part in report["wcxb"].items():
             headline[f"WCXB {split} ({part['pages']} pages) F1: default / trafilatura / resiliparse_bare"] = " / ".join(
                 str(part["engines"][name]["f1"]) for name in ("default", "trafilatura", "resiliparse_bare"))
+    if args.snippets is not None:
+        report["snippets"] = snippet_scores(args.snippets)
+        for group in ("all", "half 0", "half 1", "lang de", "lang en"):
+            part = report["snippets"].get(group)
+            if part:
+                headline[f"snippets {group} ({part['pages']} pages) F1: default / trafilatura / resiliparse_bare"] = \
+                    " / ".join(str(part[name]["f1"]) for name in ("default", "trafilatura", "resiliparse_bare"))
     print(json.dumps(report, indent=2))
     record(__file__, {"pages": len(pages), **{
         f"{name} F1 (P / R)": f"{r['f1']} ({r['precision']} / {r['recall']}), {r['speed_vs_trafilatura']}x trafilatura's speed"

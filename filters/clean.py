@@ -108,6 +108,96 @@ def _is_skip_link_line(line: str) -> bool:
             and all(len(_SKIP_SEPARATORS.sub(" ", p).split()) <= SKIP_TARGET_MAX_WORDS for p in pieces[1:]))
 
 
+# - A section heading that says what follows is not the article: other articles ("Related stories",
+#   "Das könnte Sie auch interessieren", "À lire aussi", "Zobacz również"), sharing ("Share this article",
+#   "Artikel teilen") or readers' comments ("Comments", "Leave a reply"). The whole line, case-insensitive,
+#   between bullets, arrows and end punctuation, with an optional count ("Vos réactions (11)"). Where one of
+#   TAIL_SECTIONS (other articles, comments) stands in the second half of the text, it is where the article
+#   ends, as its position says: it and every line after it go (a teaser list, an author box, a comment
+#   thread); in the first half it goes alone (an inline "Read also" box).
+TAIL_SECTIONS = frozenset((
+    "related articles", "related posts", "related stories", "related content", "related news",
+    "you may also like", "you might also like", "recommended for you", "more stories", "more on this topic",
+    "recent posts", "leave a reply", "leave a comment",
+    "das könnte sie auch interessieren", "das könnte dich auch interessieren", "auch interessant",
+    "ähnliche beiträge", "ähnliche artikel", "verwandte artikel", "weitere artikel", "weitere beiträge",
+    "mehr zum thema", "lesen sie auch", "neueste beiträge", "neueste artikel", "schreibe einen kommentar",
+    "hinterlasse einen kommentar",
+    "à lire aussi", "lire aussi", "sur le même sujet", "articles similaires", "vous aimerez aussi",
+    "laisser un commentaire",
+    "te puede interesar", "noticias relacionadas", "artículos relacionados", "deja un comentario",
+    "articoli correlati", "leggi anche", "lascia un commento",
+    "veja também", "leia também", "notícias relacionadas", "deixe um comentário",
+    "gerelateerde artikelen", "laat een reactie achter", "zobacz również", "czytaj także"))
+SECTION_LABELS = TAIL_SECTIONS | frozenset((
+    "related", "latest news", "comments", "kommentare", "commentaires", "comentarios", "commenti", "comentários",
+    "reacties", "komentarze", "related links", "related reading", "related topics", "you may also be interested in",
+    "you might also be interested in", "recommended articles", "recommended stories", "read more", "read also",
+    "also read", "read next", "keep reading", "more news", "more articles", "most read", "most popular",
+    "most viewed", "trending now", "latest posts", "latest articles", "recent articles", "popular posts",
+    "popular articles", "don't miss", "top stories", "editor's picks", "want more", "share", "share this",
+    "share this article", "share this post", "share this story", "share this page", "share on facebook",
+    "share on twitter", "follow us", "post a comment", "join the discussion",
+    "das könnte ihnen auch gefallen", "das könnte dir auch gefallen", "ebenfalls interessant", "ähnliche themen",
+    "verwandte beiträge", "weitere themen", "weitere nachrichten", "mehr zu diesem thema", "mehr artikel",
+    "mehr beiträge", "zum weiterlesen", "lies auch", "weiterlesen", "neueste nachrichten", "aktuelle beiträge",
+    "aktuelle artikel", "aktuelle news", "aktuelle nachrichten", "meistgelesen", "meistgelesene artikel",
+    "die meistgelesenen artikel", "meistgelesene beiträge", "beliebte beiträge", "beliebte artikel",
+    "empfohlene artikel", "top themen", "top-themen", "artikel teilen", "beitrag teilen", "diesen artikel teilen",
+    "diesen beitrag teilen", "seite teilen", "teilen", "jetzt teilen", "mit freunden teilen", "folge uns",
+    "folgen sie uns", "kommentar schreiben", "einen kommentar schreiben", "kommentar verfassen",
+    "antwort hinterlassen",
+    "a lire aussi", "à lire également", "voir aussi", "articles liés", "articles connexes",
+    "vous aimerez peut-être aussi", "à découvrir aussi", "à découvrir également", "les plus lus",
+    "derniers articles", "articles récents", "partager", "partager cet article", "partagez cet article",
+    "partager sur facebook", "laisser une réponse", "vos réactions", "réagir",
+    "también te puede interesar", "le puede interesar", "te podría interesar", "lee también", "lea también",
+    "leer más", "ver también", "lo más leído", "más leídas", "lo más visto", "últimas noticias", "compartir",
+    "comparte este artículo", "deja una respuesta",
+    "potrebbe interessarti anche", "potrebbe interessarti", "ti potrebbe interessare", "leggi pure", "i più letti",
+    "più letti", "ultime notizie", "condividi", "condividi questo articolo", "lascia una risposta",
+    "leia mais", "artigos relacionados", "mais lidas", "mais lidos", "compartilhe", "compartilhar", "partilhar",
+    "deixe uma resposta",
+    "lees ook", "lees meer", "gerelateerde berichten", "meest gelezen", "delen",
+    "deel dit artikel", "laat een reactie achter", "geef een reactie",
+    "zobacz też", "czytaj też", "czytaj również", "polecamy", "najczęściej czytane", "najnowsze", "udostępnij",
+    "dodaj komentarz"))
+_SECTION_MAX_CHARS = 60  # longer than any label with its bullets and count: prose never gets normalised
+_SECTION_EDGES = " \t\u00a0•·▪◦‣*-–—>»›▸►→:.…!?|"
+_SECTION_COUNT = re.compile(r"\s*(?:\(\d{1,6}\)|\[\d{1,6}\]|\d{1,3})$")  # "(11)", "5"; not a year
+# - A comment form's notices, in a line of any length: WordPress's own strings ("Your email address will not
+#   be published.", "Required fields are marked *", "This entry was posted in ... Bookmark the permalink.")
+#   in English and in its translations, on every blog the platform renders.
+COMMENT_FORM_NOTICES = (
+    "your email address will not be published", "required fields are marked",
+    "save my name, email, and website in this browser", "this entry was posted in", "bookmark the permalink",
+    "deine e-mail-adresse wird nicht veröffentlicht", "ihre e-mail-adresse wird nicht veröffentlicht",
+    "erforderliche felder sind mit", "meinen namen, meine e-mail-adresse und meine website in diesem browser",
+    "dieser eintrag wurde veröffentlicht in", "lesezeichen für den permalink",
+    "votre adresse e-mail ne sera pas publiée", "votre adresse de messagerie ne sera pas publiée",
+    "les champs obligatoires sont indiqués", "tu dirección de correo electrónico no será publicada",
+    "los campos obligatorios están marcados", "il tuo indirizzo email non sarà pubblicato",
+    "i campi obbligatori sono contrassegnati", "o seu endereço de email não será publicado",
+    "o seu endereço de e-mail não será publicado", "campos obrigatórios são marcados",
+    "je e-mailadres wordt niet gepubliceerd", "vereiste velden zijn gemarkeerd met",
+    "twój adres e-mail nie zostanie opublikowany", "wymagane pola są oznaczone")
+_COMMENT_FORM_MAX_CHARS = 400
+
+
+def section_label(line: str) -> str | None:
+    """The SECTION_LABELS entry `line` is (normalised: lower case, single spaces, without its edges and
+    count), or None."""
+    if len(line) > _SECTION_MAX_CHARS:
+        return None
+    key = " ".join(line.strip(_SECTION_EDGES).lower().split())
+    if key in SECTION_LABELS:
+        return key
+    if not key or key[-1] not in "0123456789)]":
+        return None
+    bare = _SECTION_COUNT.sub("", key).strip(_SECTION_EDGES)
+    return bare if bare in SECTION_LABELS else None
+
+
 # A line that begins with one of the labels: the one test most lines fail.
 _LABEL_START = re.compile(r"[\s\-–—\[(]*(?:" + "|".join(re.escape(s) for s in AD_LABELS + CREDIT_LABELS) + ")", re.I)
 
@@ -120,15 +210,30 @@ def _is_label_line(line: str) -> bool:
 
 
 def remove_label_lines(text: str) -> tuple[str, int]:
-    """(text without lines that are only an ad slot's label (AD_LABELS), a photo credit (CREDIT_LABELS) or
-    skip links (SKIP_LINKS), number of lines removed)."""
+    """(text without lines that are only an ad slot's label (AD_LABELS), a photo credit (CREDIT_LABELS),
+    skip links (SKIP_LINKS), a section heading (SECTION_LABELS) or hold a comment form's notice
+    (COMMENT_FORM_NOTICES), and without the tail from a TAIL_SECTIONS heading in the text's second half;
+    number of lines removed)."""
     lines = text.split("\n")
     drop = {k for k, line in enumerate(lines)
             if len(line) < _CREDIT_MAX_CHARS and _LABEL_START.match(line) and _is_label_line(line)
             or len(line) < _SKIP_MAX_CHARS and _SKIP_START.match(line) and _is_skip_link_line(line)}
+    lowered = text.lower()
+    notices = [notice for notice in COMMENT_FORM_NOTICES if notice in lowered]  # substring scans: linear time
+    if notices:  # the lines only where the text holds a notice
+        drop.update(k for k, line in enumerate(lines) if len(line) < _COMMENT_FORM_MAX_CHARS
+                    and any(notice in line.lower() for notice in notices))
+    for k in [k for k, line in enumerate(lines) if len(line) <= _SECTION_MAX_CHARS]:
+        label = section_label(lines[k])
+        if label is None:
+            continue
+        if label in TAIL_SECTIONS and sum(len(line) + 1 for line in lines[:k]) >= len(text) / 2:
+            drop.update(range(k, len(lines)))
+            break
+        drop.add(k)
     if not drop:
         return text, 0
-    return join_without(lines, drop), len(drop)
+    return join_without(lines, drop), sum(1 for k in drop if lines[k].strip())
 
 
 # A URL, or a domain name with an optional path. A domain's labels are atomic and bounded as DNS bounds them

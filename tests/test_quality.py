@@ -1571,3 +1571,33 @@ def test_cjk_text_written_one_character_per_bracket_fails_and_numbered_prose_pas
     reasons, values = qf(ZH_PASS, "zh")
     assert values["cjk_bracketed_char_ratio"] == 0 and "cjk_bracketed_chars" not in reasons
     assert qf.measure("Brackets [a] (b) around letters are no CJK text.", "en")["cjk_bracketed_char_ratio"] == 0
+
+
+def test_section_headings_and_comment_form_notices_go_and_the_tail_after_a_late_one_with_them():
+    """Headings that say what follows is not the article (other articles, sharing, comments) in the
+    languages of the web's larger templates, WordPress's comment-form notices, and, from such a heading
+    in the text's second half, the teaser list or comment thread after it."""
+    from filters.clean import remove_label_lines, section_label
+
+    para = [f"Absatz {i} des Artikels erzählt seine Geschichte weiter, mit einigen Einzelheiten mehr." for i in range(6)]
+    labels = ["Das könnte Sie auch interessieren:", "  • Artikel teilen", "Share this article", "À lire aussi…",
+              "Zobacz również", "Vos réactions (11)", "RELATED STORIES", "Mit Freunden teilen!", "Comments 5",
+              "Deine E-Mail-Adresse wird nicht veröffentlicht. Erforderliche Felder sind mit * markiert",
+              "Your email address will not be published.\xa0Required fields are marked *",
+              "This entry was posted in Allgemein. Bookmark the permalink."]
+    # a heading in the first half goes alone; what follows it is the article's
+    text = "\n".join(labels + para)
+    assert remove_label_lines(text) == ("\n".join(para), len(labels))
+    # in the second half, a heading of TAIL_SECTIONS ends the article: the teasers after it go too
+    teasers = ["Neue Studie: So schlafen die Deutschen", "Wetter am Wochenende", "Die besten Rezepte für den Herbst"]
+    late = "\n".join(para + ["", "Ähnliche Beiträge", ""] + teasers)
+    assert remove_label_lines(late) == ("\n".join(para), 1 + len(teasers))
+    # a heading that is only a label (sharing, "Comments") goes alone wherever it stands
+    assert remove_label_lines("\n".join(para + ["Kommentare"] + para[:2])) == ("\n".join(para + para[:2]), 1)
+    # sections that are content stay, as do prose that begins like a heading and long lines
+    kept = ["See also", "Further reading", "Related work", "Comments are welcome at the address below.",
+            "Share this article with a friend who cooks, and tell us what they made of it.",
+            "Lesen Sie auch die anderen Teile dieser Serie, die wir in den nächsten Wochen veröffentlichen werden."]
+    assert remove_label_lines("\n".join(para + kept)) == ("\n".join(para + kept), 0)
+    assert [section_label(s) for s in ("• Read more »", "Teilen:", "Related (3)", "Related 2020")] == \
+        ["read more", "teilen", "related", None]
