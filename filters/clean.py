@@ -121,16 +121,14 @@ TAIL_SECTIONS = frozenset((
     "recent posts", "leave a reply", "leave a comment",
     "das könnte sie auch interessieren", "das könnte dich auch interessieren", "auch interessant",
     "ähnliche beiträge", "ähnliche artikel", "verwandte artikel", "weitere artikel", "weitere beiträge",
-    "mehr zum thema", "lesen sie auch", "neueste beiträge", "neueste artikel", "schreibe einen kommentar",
-    "hinterlasse einen kommentar",
-    "à lire aussi", "lire aussi", "sur le même sujet", "articles similaires", "vous aimerez aussi",
-    "laisser un commentaire",
+    "neueste beiträge", "neueste artikel", "schreibe einen kommentar", "hinterlasse einen kommentar",
+    "sur le même sujet", "articles similaires", "vous aimerez aussi", "laisser un commentaire",
     "te puede interesar", "noticias relacionadas", "artículos relacionados", "deja un comentario",
-    "articoli correlati", "leggi anche", "lascia un commento",
-    "veja também", "leia também", "notícias relacionadas", "deixe um comentário",
-    "gerelateerde artikelen", "laat een reactie achter", "zobacz również", "czytaj także"))
+    "articoli correlati", "lascia un commento", "notícias relacionadas", "deixe um comentário",
+    "gerelateerde artikelen", "laat een reactie achter"))
 SECTION_LABELS = TAIL_SECTIONS | frozenset((
-    "related", "latest news", "comments", "kommentare", "commentaires", "comentarios", "commenti", "comentários",
+    "related", "latest news", "mehr zum thema", "lesen sie auch", "à lire aussi", "lire aussi", "leggi anche",
+    "veja também", "leia também", "zobacz również", "czytaj także", "comments", "kommentare", "commentaires", "comentarios", "commenti", "comentários",
     "reacties", "komentarze", "related links", "related reading", "related topics", "you may also be interested in",
     "you might also be interested in", "recommended articles", "recommended stories", "read more", "read also",
     "also read", "read next", "keep reading", "more news", "more articles", "most read", "most popular",

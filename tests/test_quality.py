@@ -1592,8 +1592,10 @@ def test_section_headings_and_comment_form_notices_go_and_the_tail_after_a_late_
     teasers = ["Neue Studie: So schlafen die Deutschen", "Wetter am Wochenende", "Die besten Rezepte für den Herbst"]
     late = "\n".join(para + ["", "Ähnliche Beiträge", ""] + teasers)
     assert remove_label_lines(late) == ("\n".join(para), 1 + len(teasers))
-    # a heading that is only a label (sharing, "Comments") goes alone wherever it stands
-    assert remove_label_lines("\n".join(para + ["Kommentare"] + para[:2])) == ("\n".join(para + para[:2]), 1)
+    # a heading that is only a label (sharing, "Comments") or an inline box's ("Lesen Sie auch", "Leggi
+    # anche": news sites set them between paragraphs) goes alone wherever it stands
+    for label in ("Kommentare", "Lesen Sie auch:", "Leggi anche"):
+        assert remove_label_lines("\n".join(para + [label] + para[:2])) == ("\n".join(para + para[:2]), 1)
     # sections that are content stay, as do prose that begins like a heading and long lines
     kept = ["See also", "Further reading", "Related work", "Comments are welcome at the address below.",
             "Share this article with a friend who cooks, and tell us what they made of it.",
