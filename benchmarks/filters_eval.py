@@ -13,6 +13,8 @@ Prints JSON:
       ExtractText: decode_html -> extract_main_text -> remove_boilerplate_lines, then lid.176): fraction of
       `human` pages either filter drops, recall on `llm` / `poor_mt` pages per reason; `unseen` repeats the
       figures for pages whose text does not overlap any training text (8-gram containment < 0.3).
+  external_mt (with --wmt-sxs DIR): the poor-MT scorer on WMT 2023's news MT (other systems, year and domain;
+      filters/training_data.py load_wmt_sxs), never fitted on.
 Thresholds: --llm-threshold / --mt-threshold, else the `synthetic` section of --config
 (`llm_generated_threshold`, `poor_mt_threshold`), else the thresholds shipped in the model JSONs.
 LM head: --lm-model / --lm-logit / --lm-max-tokens, else the config's `lm_model`, `lm_logit`,
@@ -268,6 +270,32 @@ def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
     return out
 
 
+def external_mt(scorer, folder: str, data_dir: str, thr, seed=0) -> dict:
+    """The shipped poor-MT scorer on MT of another year, other systems and another domain (WMT 2023's news,
+    filters/training_data.py load_wmt_sxs; nothing is fitted on it): en-de poor blocks against the human
+    reference's blocks, every en-de block against them, and zh-en poor blocks against the held-out native
+    English of the TED talks (the set has no zh-en reference)."""
+    from filters.training_data import load_wmt_sxs
+
+    rng = random.Random(seed + 11)
+    items = load_wmt_sxs(folder, seed)
+    native = [it for it in T.load_data("mt", data_dir, seed)
+              if it["split"] == "test" and it["label"] == 0 and it.get("kind") == "native" and it["lang"] == "en"]
+    items += native
+    s = np.array([scorer.score(p, it["lang"])["poor_mt"] for p, it in zip(_pages(items, rng), items)])
+    y, source, kind = _fields(items, "label", "source", "kind")
+    t = thr["poor_mt"]
+    ende_ref = (source == "wmt23_ende") & (kind == "human_ref")
+    out = {"threshold": t}
+    for name, pos, neg in (("wmt23_ende_poor_vs_reference", (source == "wmt23_ende") & (y == 1), ende_ref),
+                           ("wmt23_ende_any_mt_vs_reference", (source == "wmt23_ende") & (y == -1), ende_ref),
+                           ("wmt23_zhen_poor_vs_native_english", (source == "wmt23_zhen") & (y == 1), kind == "native")):
+        if pos.any() and neg.any():
+            m = pos | neg
+            out[name] = {"n_pos_neg": [int(pos.sum()), int(neg.sum())], **_fig(pos[m].astype(int), s[m], t)}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="../shared/data")
@@ -286,6 +314,8 @@ def main():
                     "llm_generated then includes the LM head")
     ap.add_argument("--lm-max-tokens", type=int, default=None)
     ap.add_argument("--lm-device", default=None, help="else the config's lm_device, else cpu")
+    ap.add_argument("--wmt-sxs", default=None, help="a folder with WMT 2023's sxs_mqm_generalMT2023_*.tsv: the poor-MT "
+                    "scorer on MT of another year, domain and systems (filters/training_data.py load_wmt_sxs)")
     args = ap.parse_args()
     scorer = SyntheticTextScorer(args.llm_model, args.mt_model).load()
     thr = thresholds(args, scorer)
@@ -304,6 +334,8 @@ def main():
               "throughput": throughput(scorer, args.data, args.throughput_docs)}
     if llm.lm is not None:
         report["throughput_lm"] = throughput_lm(llm, args.data)
+    if args.wmt_sxs:
+        report["external_mt"] = external_mt(scorer, args.wmt_sxs, args.data, thr)
     if args.corpus:
         labels = args.labels or args.corpus.replace(".warc.gz", "").replace(".warc", "") + ".labels.jsonl"
         report["corpus"] = corpus(scorer, args.corpus, labels, args.data, thr, llm)
@@ -314,6 +346,9 @@ def main():
                 "ms per document, both scorers, one process": round(1000 / report["throughput"]["docs_per_s_single_process"], 3)}
     if "throughput_lm" in report:
         headline["ms per document, LM head"] = round(1000 / report["throughput_lm"]["docs_per_s_single_process"], 1)
+    for name, fig in report.get("external_mt", {}).items():
+        if isinstance(fig, dict):
+            headline[f"poor_mt ROC-AUC, {name} (n {fig['n_pos_neg'][0]} / {fig['n_pos_neg'][1]})"] = fig["roc_auc"]
     if "corpus" in report:
         headline["human pages dropped (corpus)"] = report["corpus"]["human"]["all"]["dropped_frac"]
     record(__file__, headline, report)

@@ -4,7 +4,7 @@ causal LM's token surprisal (mean, p90/p95, max, spike shares, the worst 5-token
 beyond the model's own entropy, entropy, log-rank), each alone, per language pair and source.
 
     python benchmarks/mt_features_eval.py [--data ../shared/data] [--lm models/lm/gemma-3-270m-q4_k_m.gguf]
-        [--max-tokens 128] [--dtype bfloat16] [--cache tokens.pkl]
+        [--max-tokens 128] [--dtype bfloat16] [--cache tokens.pkl] [--wmt-sxs DIR]
 
 The texts: filters/training_data.py's MT items, every split (no feature is fitted, so nothing is
 trained on): poor MT (blocks of TED segments with MQM <= the poor threshold; SMT output of
@@ -36,7 +36,7 @@ from benchmarks.record import record  # noqa: E402
 import numpy as np  # noqa: E402
 
 from filters.synthetic_eval import roc_auc  # noqa: E402
-from filters.training_data import load_mt  # noqa: E402
+from filters.training_data import load_mt, load_wmt_sxs  # noqa: E402
 
 WORD = re.compile(r"\w+")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -47,6 +47,10 @@ SUBSETS = {
                                                                                             "ted_en_source"),
     "en-de TED: poor MT vs human translations": lambda it: it["source"] == "ted_ende",
     "zh-en MT-Detection: SMT vs human translations": lambda it: it["source"] == "mtdet_zhen",
+}
+WMT_SUBSETS = {  # with --wmt-sxs: MT of another year, domain and systems (never fitted on)
+    "en-de WMT23 news: poor MT vs the reference": lambda it: it["source"] == "wmt23_ende",
+    "zh-en WMT23 news: poor MT vs native English (TED)": lambda it: it["source"] in ("wmt23_zhen", "ted_en_source"),
 }
 
 
@@ -115,9 +119,15 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="bfloat16", help="as configs/local_lm.yaml's lm_dtype; 'none': the file's")
     ap.add_argument("--cache", default=None)
+    ap.add_argument("--wmt-sxs", default=None, help="a folder with WMT 2023's sxs_mqm_generalMT2023_*.tsv "
+                    "(filters/training_data.py load_wmt_sxs): its subsets too")
     args = ap.parse_args()
 
     items = [it for it in load_mt(args.data) if it["label"] in (0, 1)]
+    subsets = dict(SUBSETS)
+    if args.wmt_sxs:
+        items += [it for it in load_wmt_sxs(args.wmt_sxs) if it["label"] in (0, 1)]
+        subsets.update(WMT_SUBSETS)
     rows = [surface_features(it["text"]) for it in items]
     seconds = None
     if args.lm.lower() != "none":
@@ -133,14 +143,14 @@ def main() -> int:
         rows = [{**row, **surprisal_features(*a)} for row, a in zip(rows, arrays)]
     report = {"lm": None if args.lm.lower() == "none" else args.lm, "max_tokens": args.max_tokens, "dtype": args.dtype,
               "seconds_per_doc": seconds, "n_pos_neg": {}, "features": {}}
-    for name, keep in SUBSETS.items():
+    for name, keep in subsets.items():
         idx = [i for i, it in enumerate(items) if keep(it)]
         y = [items[i]["label"] for i in idx]
         report["n_pos_neg"][name] = [sum(y), len(y) - sum(y)]
         for key in rows[0]:
             report["features"].setdefault(key, {})[name] = oriented_auc(y, [float(rows[i][key]) for i in idx])
     print(json.dumps(report, indent=1))
-    best = {name: max(report["features"], key=lambda k: report["features"][k][name]) for name in SUBSETS}
+    best = {name: max(report["features"], key=lambda k: report["features"][k][name]) for name in subsets}
     record(__file__, {**{f"{name}: best feature": f"{k} {report['features'][k][name]}" for name, k in best.items()},
                       "LM seconds a document": seconds}, report)
     return 0

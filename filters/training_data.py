@@ -241,6 +241,49 @@ def load_mt(data_dir: str, seed: int = 0) -> list[dict]:
     return items
 
 
+def load_wmt_sxs(folder: str, seed: int = 0) -> list[dict]:
+    """Held-out MT of another year, other systems and another domain: the side-by-side MQM ratings of the
+    WMT 2023 general task (github.com/google/wmt-mqm-human-evaluation, generalMT2023/<pair>/
+    sxs_mqm_generalMT2023_<pair>.3ratingsPerSegment.tsv, extracted from its .tar.gz; news, nine to ten
+    systems per pair, GPT-4 among them, and for en-de the human reference refA). Blocks cut as load_mt
+    cuts TED: poor MT (3-8 consecutive segments of one system and document with MQM <= MQM_POOR_SEGMENT),
+    the reference's blocks (5-12 segments), and every system's consecutive blocks (label -1). Split
+    "external": no scorer is fitted on it."""
+    rng = random.Random(seed)
+    items = []
+    for pair, lang in (("ende", "de"), ("zhen", "en")):
+        path = os.path.join(folder, f"sxs_mqm_generalMT2023_{pair}.3ratingsPerSegment.tsv")
+        if not os.path.exists(path):
+            continue
+        pen = defaultdict(lambda: defaultdict(float))
+        segs = {}
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+            next(rows)
+            for r in rows:
+                system, doc, seg, rater, target, category, severity = r[0], r[1], int(r[2]), r[4], r[6], r[7], r[8]
+                if severity == "HOTW-test":  # the raters' attention checks, not ratings
+                    continue
+                key = (system, doc, seg)
+                pen[key][rater] += _seg_penalty(category, severity)
+                segs.setdefault(key, re.sub(r"</?v>", "", target).strip())
+        by_doc = defaultdict(list)
+        for (system, doc, seg), text in sorted(segs.items()):
+            by_doc[(system, doc)].append((text, -sum(pen[(system, doc, seg)].values()) / max(len(pen[(system, doc, seg)]), 1)))
+        src = f"wmt23_{pair}"
+        for (system, doc), rows in sorted(by_doc.items()):
+            def block(blk, label, kind):
+                return _item(" ".join(t for t, _ in blk), label, src, system, f"wmt23:{doc}", lang, "external",
+                             mqm=float(np.mean([m for _, m in blk])), kind=kind)
+            if system.startswith("ref"):
+                items += [block(blk, 0, "human_ref") for blk in _blocks(rows, rng, 5, 12)]
+                continue
+            poor = [row for row in rows if row[1] <= MQM_POOR_SEGMENT]
+            items += [block(blk, 1, "poor_mt") for blk in _blocks(poor, rng, 3, 8) if len(blk) >= 3]
+            items += [block(blk, -1, "mt_all") for blk in _blocks(rows, rng, 5, 12)]
+    return items
+
+
 def load_web_pages(data_dir: str) -> list[dict]:
     """Real human web pages (scrapinghub article-extraction benchmark), extracted like the pipeline does
     (decode_html -> resiliparse main text -> C4 policy-line filter), real boilerplate included.

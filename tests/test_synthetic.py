@@ -293,3 +293,21 @@ def test_roc_auc_is_the_pairwise_probability_with_half_ties():
     assert T.roc_auc(y, s) == pytest.approx(pairwise, abs=1e-12)
     assert T.roc_auc([0, 1], [0.5, 0.5]) == 0.5 and T.roc_auc([1, 0, 1], [0.9, 0.1, 0.8]) == 1.0
     assert math.isnan(T.roc_auc([1, 1], [0.2, 0.3])) and math.isnan(T.roc_auc([], []))
+
+
+def test_wmt_side_by_side_mqm_is_cut_into_poor_reference_and_consecutive_blocks():
+    """WMT 2023's news MT (filters/training_data.py load_wmt_sxs; a real excerpt, tests/data/wmt23_sxs):
+    poor blocks hold only segments with a Major error on average, the reference is a negative, every
+    system's output is also cut into consecutive blocks, the raters' attention checks are no rating, and
+    nothing of it is a training split."""
+    from filters.training_data import MQM_POOR_SEGMENT, load_wmt_sxs
+
+    items = load_wmt_sxs(os.path.join(HERE, "data", "wmt23_sxs"))
+    kinds = {(it["system"], it["kind"]): it for it in items}
+    assert set(kinds) == {("NLLB_MBR_BLEU", "poor_mt"), ("NLLB_MBR_BLEU", "mt_all"), ("ONLINE-W", "mt_all"),
+                          ("refA", "human_ref")}
+    assert [it["label"] for it in items] == [{"poor_mt": 1, "human_ref": 0, "mt_all": -1}[it["kind"]] for it in items]
+    assert kinds["NLLB_MBR_BLEU", "poor_mt"]["mqm"] <= MQM_POOR_SEGMENT
+    assert kinds["ONLINE-W", "mt_all"]["mqm"] > kinds["NLLB_MBR_BLEU", "mt_all"]["mqm"]
+    assert all(it["split"] == "external" and it["lang"] == "de" and "<v>" not in it["text"] for it in items)
+    assert load_wmt_sxs(os.path.join(HERE, "data")) == []  # a folder without the files: nothing
