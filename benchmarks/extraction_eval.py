@@ -35,7 +35,8 @@ With `--snippets DIR` (the `tests` folder of github.com/adbar/trafilatura, Apach
 the HTML of `cache/` and `eval/`, ~990 pages of news, magazines, blogs and public bodies' sites, most of
 them German, some Polish, French, Spanish and English), the scores of that benchmark's own metric for
 `default`, `default_extractor`, `resiliparse_bare`, `trafilatura` (defaults) and `trafilatura_evalopts`
-(its settings there: include_comments=False, include_tables=True): per page, each hand-picked segment
+(its settings there: include_comments=False, include_tables=True), and `curate_extract`'s speed against
+trafilatura's on those pages (timed as on scrapinghub): per page, each hand-picked segment
 of the main text found in the output (whitespace normalised) is a true positive, each segment of the
 page's boilerplate found a false positive; precision, recall and F1 over all segments, for all pages,
 per half (sha256 of the URL: what was looked at when choosing a line step, and what was not) and per
@@ -269,9 +270,10 @@ def snippet_counts(output: str, item: dict) -> tuple[int, int, int]:
     return found, sum(" ".join(w.split()) in text for w in item["without"]), len(item["with"]) - found
 
 
-def snippet_scores(root: Path) -> dict:
+def snippet_scores(root: Path, n_rounds: int) -> dict:
     """The snippet benchmark's rows: precision, recall and F1 over all segments, for all pages, per half
-    and per language, for SNIPPET_ENGINES."""
+    and per language, for SNIPPET_ENGINES; and `speed`: `curate extract`'s pages against trafilatura's
+    default on these pages (fastest of `n_rounds` passes each, as on scrapinghub)."""
     import hashlib
 
     import trafilatura
@@ -285,27 +287,33 @@ def snippet_scores(root: Path) -> dict:
     fns["trafilatura_evalopts"] = lambda page, half: trafilatura.extract(
         page.text, include_comments=False, include_tables=True) or ""
     language = LanguageIdentifier()
-    counts = {}  # (engine, group) -> [tp, fp, fn]
+    pages, groups = [], []
     for url in sorted(data):
         item = data[url]
         path = next((root / sub / item["file"] for sub in ("cache", "eval") if (root / sub / item["file"]).is_file()), None)
-        if path is None:
-            continue
-        page = decode_html(path.read_bytes(), "")
-        groups = ("all", f"half {hashlib.sha256(url.encode()).digest()[0] & 1}",
-                  f"lang {language(' '.join(item['with']))[0]}")
-        for name in SNIPPET_ENGINES:
-            found = snippet_counts(fns[name](page, 0), item)
-            for group in groups:
+        if path is not None:
+            pages.append((decode_html(path.read_bytes(), ""), item, 0))
+            groups.append(("all", f"half {hashlib.sha256(url.encode()).digest()[0] & 1}",
+                           f"lang {language(' '.join(item['with']))[0]}"))
+    outputs, seconds = {}, {}
+    timed_rounds({name: fns[name] for name in ("curate_extract", "trafilatura")}, pages, n_rounds, outputs, seconds)
+    counts = {}  # (engine, group) -> [tp, fp, fn, pages]
+    for name in SNIPPET_ENGINES:
+        texts = outputs.get(name) or [fns[name](page, 0) for page, _, _ in pages]
+        for text, (_, item, _), page_groups in zip(texts, pages, groups):
+            found = snippet_counts(text, item)
+            for group in page_groups:
                 total = counts.setdefault((name, group), [0, 0, 0, 0])
                 total[:3] = [a + b for a, b in zip(total[:3], found)]
                 total[3] += 1
-    out = {}
-    for (name, group), (tp, fp, fn, pages) in sorted(counts.items()):
+    out = {"speed": {"curate_extract_ms_per_page": round(seconds["curate_extract"] / len(pages) * 1000, 3),
+                     "trafilatura_ms_per_page": round(seconds["trafilatura"] / len(pages) * 1000, 3),
+                     "curate_extract_vs_trafilatura": round(seconds["trafilatura"] / seconds["curate_extract"], 2)}}
+    for (name, group), (tp, fp, fn, n) in sorted(counts.items()):
         precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        out.setdefault(group, {"pages": pages})[name] = {"precision": round(precision, 4), "recall": round(recall, 4),
-                                                         "f1": round(f1, 4)}
+        out.setdefault(group, {"pages": n})[name] = {"precision": round(precision, 4), "recall": round(recall, 4),
+                                                     "f1": round(f1, 4)}
     return out
 
 
@@ -372,7 +380,9 @@ def main(argv=None) -> int:
             headline[f"WCXB {split} ({part['pages']} pages) F1: default / trafilatura / resiliparse_bare"] = " / ".join(
                 str(part["engines"][name]["f1"]) for name in ("default", "trafilatura", "resiliparse_bare"))
     if args.snippets is not None:
-        report["snippets"] = snippet_scores(args.snippets)
+        report["snippets"] = snippet_scores(args.snippets, args.rounds)
+        headline["snippets: curate extract vs trafilatura, pages/s"] = \
+            f"{report['snippets']['speed']['curate_extract_vs_trafilatura']}x"
         for group in ("all", "half 0", "half 1", "lang de", "lang en"):
             part = report["snippets"].get(group)
             if part:
