@@ -221,13 +221,16 @@ def remove_label_lines(text: str) -> tuple[str, int]:
     if notices:  # the lines only where the text holds a notice
         drop.update(k for k, line in enumerate(lines) if len(line) < _COMMENT_FORM_MAX_CHARS
                     and any(notice in line.lower() for notice in notices))
+    starts = None  # each line's offset in the text, computed once, when a tail heading is first met
     for k in [k for k, line in enumerate(lines) if len(line) <= _SECTION_MAX_CHARS]:
         label = section_label(lines[k])
         if label is None:
             continue
-        if label in TAIL_SECTIONS and sum(len(line) + 1 for line in lines[:k]) >= len(text) / 2:
-            drop.update(range(k, len(lines)))
-            break
+        if label in TAIL_SECTIONS:
+            starts = starts or [0, *accumulate(len(line) + 1 for line in lines)]
+            if starts[k] >= len(text) / 2:
+                drop.update(range(k, len(lines)))
+                break
         drop.add(k)
     if not drop:
         return text, 0
