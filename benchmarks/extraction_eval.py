@@ -290,7 +290,8 @@ def snippet_scores(root: Path, n_rounds: int) -> dict:
     pages, groups = [], []
     for url in sorted(data):
         item = data[url]
-        path = next((root / sub / item["file"] for sub in ("cache", "eval") if (root / sub / item["file"]).is_file()), None)
+        path = next((root / sub / item["file"] for sub in ("cache", "eval")
+                     if (root / sub / item["file"]).is_file()), None)
         if path is not None:
             pages.append((decode_html(path.read_bytes(), ""), item, 0))
             groups.append(("all", f"half {hashlib.sha256(url.encode()).digest()[0] & 1}",

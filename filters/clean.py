@@ -112,9 +112,11 @@ def _is_skip_link_line(line: str) -> bool:
 #   "Das könnte Sie auch interessieren", "À lire aussi", "Zobacz również"), sharing ("Share this article",
 #   "Artikel teilen") or readers' comments ("Comments", "Leave a reply"). The whole line, case-insensitive,
 #   between bullets, arrows and end punctuation, with an optional count ("Vos réactions (11)"). Where one of
-#   TAIL_SECTIONS (other articles, comments) stands in the second half of the text, it is where the article
-#   ends, as its position says: it and every line after it go (a teaser list, an author box, a comment
-#   thread); in the first half it goes alone (an inline "Read also" box).
+#   TAIL_SECTIONS (other articles, a comment form) stands in the second half of the text, it is where the
+#   article ends: it and every line after it go (a teaser list, an author box, a comment thread); in the
+#   first half it goes alone. An inline box's "Read also" ("Lesen Sie auch", "Leggi anche"), which news
+#   sites set between paragraphs, and a bare "Related" or "Comments" (a tutorial's section on code
+#   comments) go alone wherever they stand.
 TAIL_SECTIONS = frozenset((
     "related articles", "related posts", "related stories", "related content", "related news",
     "you may also like", "you might also like", "recommended for you", "more stories", "more on this topic",
@@ -128,8 +130,9 @@ TAIL_SECTIONS = frozenset((
     "gerelateerde artikelen", "laat een reactie achter"))
 SECTION_LABELS = TAIL_SECTIONS | frozenset((
     "related", "latest news", "mehr zum thema", "lesen sie auch", "à lire aussi", "lire aussi", "leggi anche",
-    "veja também", "leia também", "zobacz również", "czytaj także", "comments", "kommentare", "commentaires", "comentarios", "commenti", "comentários",
-    "reacties", "komentarze", "related links", "related reading", "related topics", "you may also be interested in",
+    "veja também", "leia também", "zobacz również", "czytaj także", "comments", "kommentare", "commentaires",
+    "comentarios", "commenti", "comentários", "reacties", "komentarze", "related links", "related reading",
+    "related topics", "you may also be interested in",
     "you might also be interested in", "recommended articles", "recommended stories", "read more", "read also",
     "also read", "read next", "keep reading", "more news", "more articles", "most read", "most popular",
     "most viewed", "trending now", "latest posts", "latest articles", "recent articles", "popular posts",

@@ -268,8 +268,8 @@ def load_wmt_sxs(folder: str, seed: int = 0) -> list[dict]:
                 pen[key][rater] += _seg_penalty(category, severity)
                 segs.setdefault(key, re.sub(r"</?v>", "", target).strip())
         by_doc = defaultdict(list)
-        for (system, doc, seg), text in sorted(segs.items()):
-            by_doc[(system, doc)].append((text, -sum(pen[(system, doc, seg)].values()) / max(len(pen[(system, doc, seg)]), 1)))
+        for key, text in sorted(segs.items()):
+            by_doc[key[:2]].append((text, -sum(pen[key].values()) / max(len(pen[key]), 1)))
         src = f"wmt23_{pair}"
         for (system, doc), rows in sorted(by_doc.items()):
             def block(blk, label, kind):
