@@ -13,7 +13,10 @@
   a caption rendered twice or three times cost AP stories the same rule once their caption copies are gone;
   and a line of skip links ("Skip to main content", "Skip to contentSkip to footer", "Zum Inhalt springen":
   the links that let a keyboard user bypass a page's menus, WCAG 2.4.1), which extractors keep, often as
-  the text's first line, where the first-line guard of the line model keeps them;
+  the text's first line, where the first-line guard of the line model keeps them; a heading of other
+  articles, sharing or comments ("Related stories", "Artikel teilen"), or a line holding a comment form's
+  notice ("Your email address will not be published"), and, from a heading of other articles or a comment
+  form in the text's second half, the rest of the text (teasers, author box, thread);
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,
@@ -132,8 +135,8 @@ SECTION_LABELS = TAIL_SECTIONS | frozenset((
     "related", "latest news", "mehr zum thema", "lesen sie auch", "à lire aussi", "lire aussi", "leggi anche",
     "veja também", "leia também", "zobacz również", "czytaj także", "comments", "kommentare", "commentaires",
     "comentarios", "commenti", "comentários", "reacties", "komentarze", "related links", "related reading",
-    "related topics", "you may also be interested in",
-    "you might also be interested in", "recommended articles", "recommended stories", "read more", "read also",
+    "related topics", "you may also be interested in", "you might also be interested in", "recommended articles",
+    "recommended stories", "read more", "read also",
     "also read", "read next", "keep reading", "more news", "more articles", "most read", "most popular",
     "most viewed", "trending now", "latest posts", "latest articles", "recent articles", "popular posts",
     "popular articles", "don't miss", "top stories", "editor's picks", "want more", "share", "share this",
@@ -159,8 +162,8 @@ SECTION_LABELS = TAIL_SECTIONS | frozenset((
     "più letti", "ultime notizie", "condividi", "condividi questo articolo", "lascia una risposta",
     "leia mais", "artigos relacionados", "mais lidas", "mais lidos", "compartilhe", "compartilhar", "partilhar",
     "deixe uma resposta",
-    "lees ook", "lees meer", "gerelateerde berichten", "meest gelezen", "delen",
-    "deel dit artikel", "laat een reactie achter", "geef een reactie",
+    "lees ook", "lees meer", "gerelateerde berichten", "meest gelezen", "delen", "deel dit artikel",
+    "geef een reactie",
     "zobacz też", "czytaj też", "czytaj również", "polecamy", "najczęściej czytane", "najnowsze", "udostępnij",
     "dodaj komentarz"))
 _SECTION_MAX_CHARS = 60  # longer than any label with its bullets and count: prose never gets normalised

@@ -287,7 +287,8 @@ LINE_STEPS = {  # counter name -> what the step removes (filters/clean.py, filte
     "template_lines": "lines on many pages of one host",
     "boilerplate_model_lines": "lines the boilerplate model calls boilerplate",
     "boilerplate_lines": "C4's policy and javascript lines",
-    "label_lines": "ad slot labels, photo credits, skip links, related/share/comment headings and what follows a late one",
+    "label_lines": ("ad slot labels, photo credits, skip links, related/share/comment headings and what follows "
+                    "a late one"),
     "link_list_lines": "lines that only list links",
     "rendering_copy_lines": "second to fourth copies of a sentence line, truncated copies",
 }
