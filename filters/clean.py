@@ -15,7 +15,8 @@
   the links that let a keyboard user bypass a page's menus, WCAG 2.4.1), which extractors keep, often as
   the text's first line, where the first-line guard of the line model keeps them; a heading of other
   articles, sharing or comments ("Related stories", "Artikel teilen"), or a line holding a comment form's
-  notice ("Your email address will not be published"), and, from a heading of other articles or a comment
+  notice ("Your email address will not be published") or a call to action ("Subscribe to our newsletter",
+  "Dir hat der Artikel gefallen? Jetzt teilen"), and, from a heading of other articles or a comment
   form in the text's second half, the rest of the text (teasers, author box, thread);
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
@@ -186,6 +187,31 @@ COMMENT_FORM_NOTICES = (
     "je e-mailadres wordt niet gepubliceerd", "vereiste velden zijn gemarkeerd met",
     "twój adres e-mail nie zostanie opublikowany", "wymagane pola są oznaczone")
 _COMMENT_FORM_MAX_CHARS = 400
+# - A call to action of the site's own, in a line of under 200 characters: newsletter sign-ups ("Subscribe to
+#   our newsletter", "Newsletter abonnieren", "delivered straight to your inbox", "direkt in dein Postfach"),
+#   requests to share or follow ("Dir hat der Artikel gefallen? Jetzt teilen", "If you enjoyed this post"),
+#   a CAPTCHA's reload prompt, and the placeholder of an embedded video whose cookies were not accepted. An
+#   article's own sentence is rarely that short and says so; a longer line that holds one stays.
+CALL_TO_ACTION_NOTICES = (
+    "sign up for our newsletter", "subscribe to our newsletter", "sign up to our newsletter",
+    "sign up for the newsletter", "subscribe to the newsletter", "to your inbox", "in your inbox",
+    "never miss a post", "never miss another article", "don't miss a post", "enjoyed this article",
+    "liked this article", "enjoyed this post", "liked this post", "reload captcha", "accept cookies to",
+    "newsletter abonnieren", "zum newsletter anmelden", "für unseren newsletter", "für den newsletter an",
+    "newsletter bestellen", "unseren newsletter", "in ihr postfach", "in dein postfach", "in ihren posteingang",
+    "in deinen posteingang", "nichts mehr verpassen", "nichts mehr versäumen", "artikel gefallen?",
+    "beitrag gefallen?", "cookies akzeptieren",
+    "abonnez-vous à notre newsletter", "inscrivez-vous à notre newsletter", "inscrivez-vous à la newsletter",
+    "recevez notre newsletter", "dans votre boîte mail", "dans votre boîte de réception", "ne manquez plus",
+    "ne ratez plus", "vous avez aimé cet article", "accepter les cookies",
+    "suscríbete a nuestro boletín", "suscríbete a nuestra newsletter", "suscríbete a la newsletter",
+    "en tu bandeja de entrada", "te ha gustado este artículo", "aceptar las cookies",
+    "iscriviti alla nostra newsletter", "iscriviti alla newsletter", "nella tua casella di posta",
+    "non perdere più", "ti è piaciuto questo articolo", "accettare i cookie",
+    "assine nossa newsletter", "inscreva-se na nossa newsletter", "na sua caixa de entrada", "gostou deste artigo",
+    "schrijf je in voor onze nieuwsbrief", "meld je aan voor onze nieuwsbrief", "in je inbox",
+    "zapisz się do newslettera", "zapisz się na newsletter", "podobał ci się ten artykuł")
+_CALL_TO_ACTION_MAX_CHARS = 200
 
 
 def section_label(line: str) -> str | None:
@@ -216,17 +242,19 @@ def _is_label_line(line: str) -> bool:
 def remove_label_lines(text: str) -> tuple[str, int]:
     """(text without lines that are only an ad slot's label (AD_LABELS), a photo credit (CREDIT_LABELS),
     skip links (SKIP_LINKS), a section heading (SECTION_LABELS) or hold a comment form's notice
-    (COMMENT_FORM_NOTICES), and without the tail from a TAIL_SECTIONS heading in the text's second half;
+    (COMMENT_FORM_NOTICES) or a call to action (CALL_TO_ACTION_NOTICES), and without the tail from a TAIL_SECTIONS heading in the text's second half;
     number of lines removed)."""
     lines = text.split("\n")
     drop = {k for k, line in enumerate(lines)
             if len(line) < _CREDIT_MAX_CHARS and _LABEL_START.match(line) and _is_label_line(line)
             or len(line) < _SKIP_MAX_CHARS and _SKIP_START.match(line) and _is_skip_link_line(line)}
-    lowered = text.lower()
-    notices = [notice for notice in COMMENT_FORM_NOTICES if notice in lowered]  # substring scans: linear time
-    if notices:  # the lines only where the text holds a notice
-        drop.update(k for k, line in enumerate(lines) if len(line) < _COMMENT_FORM_MAX_CHARS
-                    and any(notice in line.lower() for notice in notices))
+    for kind, max_chars in ((COMMENT_FORM_NOTICES, _COMMENT_FORM_MAX_CHARS),
+                            (CALL_TO_ACTION_NOTICES, _CALL_TO_ACTION_MAX_CHARS)):
+        short = [k for k, line in enumerate(lines) if len(line) < max_chars]
+        lowered = "\n".join(lines[k] for k in short).lower()  # the lines that may go: prose lines are longer
+        notices = [notice for notice in kind if notice in lowered]  # substring scans: linear time
+        if notices:  # the lines only where they hold a notice
+            drop.update(k for k in short if any(notice in lines[k].lower() for notice in notices))
     starts = None  # each line's offset in the text, computed once, when a tail heading is first met
     for k in [k for k, line in enumerate(lines) if len(line) <= _SECTION_MAX_CHARS]:
         label = section_label(lines[k])

@@ -681,8 +681,9 @@ class _QualitySettings(BaseModel):
         "Remove lines that are only an ad slot's label (\"Advertisement\", \"Story continues below advertisement\", "
         "\"Anzeige\"), a photo credit (\"Photo: Hau Dinh, AP\"), skip links (\"Skip to main content\", "
         "\"Zum Inhalt springen\"), a heading of other articles, sharing or comments (\"Related stories\", "
-        "\"Artikel teilen\", \"Comments\") or a comment form's notice (\"Your email address will not be "
-        "published\"), and the rest of the text from a heading of other articles or a comment form in its second "
+        "\"Artikel teilen\", \"Comments\"), a comment form's notice (\"Your email address will not be "
+        "published\") or a call to action in a short line (\"Subscribe to our newsletter\", \"Jetzt teilen\"), "
+        "and the rest of the text from a heading of other articles or a comment form in its second "
         "half (filters/clean.py), before the rules; the document rules see the cleaned text."))
     link_list_lines: StrictBool = Field(True, description=(
         "Remove lines that only list links (>= 3 URLs or domain names, >= 80% of the line; filters/clean.py) "

@@ -1603,3 +1603,25 @@ def test_section_headings_and_comment_form_notices_go_and_the_tail_after_a_late_
     assert remove_label_lines("\n".join(para + kept)) == ("\n".join(para + kept), 0)
     assert [section_label(s) for s in ("• Read more »", "Teilen:", "Related (3)", "Related 2020")] == \
         ["read more", "teilen", "related", None]
+
+
+def test_calls_to_action_go_in_short_lines_and_stay_in_prose():
+    """A site's newsletter sign-up, share request, CAPTCHA prompt or consent placeholder in a short line
+    goes wherever it stands; a long line of the article that holds the same words stays. The lines are
+    real ones from pages of the snippet benchmark and the WCXB benchmark."""
+    from filters.clean import remove_label_lines
+
+    para = [f"Paragraph {i} of the story goes on with the details that the reporters found out." for i in range(4)]
+    calls = ["Subscribe to our newsletter", "Never miss a post. Get updates directly to your inbox",
+             "Dir hat der Artikel gefallen? Jetzt teilen...", "Newsletter abonnieren und keine Branchen-News mehr verpassen.",
+             "Aktuelle Stories und die wichtigsten News für Marketeers direkt in dein Postfach!",
+             "Time limit is exhausted. Please reload CAPTCHA.", "Abonnez-vous à notre newsletter",
+             "Wenn Sie dieses Youtube-Video sehen möchten, müssen Sie die externen YouTube-cookies akzeptieren.",
+             "Zapisz się na newsletter Obserwuj na Facebooku"]
+    text = "\n".join(para[:2] + calls[:4] + para[2:] + calls[4:])
+    assert remove_label_lines(text) == ("\n".join(para), len(calls))
+    long_line = ("The company says most readers now find the newsletter in their inbox before breakfast, and that "
+                 "those who subscribe to our newsletter, as its editor puts it, read three times as many stories "
+                 "as those who come through search.")
+    assert len(long_line) >= 200
+    assert remove_label_lines("\n".join(para + [long_line])) == ("\n".join(para + [long_line]), 0)
