@@ -26,6 +26,12 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
 - Every bundle processor builds its operations (unpickling each DoFn) in a new thread, so that
   an unpickling that hangs can end the SDK harness for the runner to restart: a thread started and
   joined per stage.
+- A Flatten of PCollections made in different stages is materialised (`translations.sink_flattens`:
+  "TODO: actually attempt to sink rather than always materialize"): each input writes to a buffer and
+  a stage of its own reads it back. Where that stage only passes the elements on to a GroupByKey, as
+  in every CoGroupByKey, it decodes and encodes every element once more in the runner process, one
+  stage after another, whatever the worker count: the template lines' per-line join, each
+  deduplication's join of documents and survivors.
 
 `local_run()` installs them for a local run (FnApiRunner, where they were measured), in the driver and
 in the worker processes it starts (`apply_in_local_workers`, when a worker imports `pipelines.stage` to
@@ -62,6 +68,11 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   dozen) are still copied whole.
 - A bundle processor builds its operations in the calling thread: a local run has no harness to
   restart, and a hang there hangs the run either way.
+- A stage that only reads a Flatten's buffer and writes it to a GroupByKey is dropped from the plan
+  (`sink_flatten_reads`): the Flatten's inputs write to the GroupByKey's buffer themselves, in the
+  stages that make them. Only where each input's PCollection has the Flatten's coder and windowing
+  (Beam has already made them so, `fix_flatten_coders`) and the buffer has no other reader: the
+  GroupByKey gets the same bytes, in the same order.
 - What a bundle processor pickles for its own operations is not compressed (`UncompressedPickler`):
   nothing outside the process reads it; nor, in a run without worker processes, is anything the
   pipeline pickles.
@@ -91,6 +102,7 @@ _DOFN_SPECS = userstate.get_dofn_specs
 _YIELD_AND_RETURN = core._check_fn_use_yield_and_return
 _VIEW_AS = PipelineOptions.view_as
 _PARALLEL_PROCESS_BUNDLE = fn_runner.ParallelBundleManager.process_bundle
+_CREATE_STAGES = fn_runner.FnApiRunner.create_stages
 _CONTROL_CLOSE = worker_handlers.ControlConnection.close
 _DESCRIPTOR = execution.BundleContextManager._build_process_bundle_descriptor
 _SAMPLER_START, _SAMPLER_STOP = statesampler.StateSampler.start, statesampler.StateSampler.stop
@@ -221,6 +233,58 @@ def process_bundle_descriptor(self):
         environments=dict(components.environments.items()),
         state_api_service_descriptor=self.state_api_service_descriptor(),
         timer_api_service_descriptor=self.data_api_service_descriptor())
+
+
+def create_stages(self, pipeline_proto):
+    """`FnApiRunner.create_stages`, then `sink_flatten_reads` on the stages it planned."""
+    context, stages = _CREATE_STAGES(self, pipeline_proto)
+    return context, sink_flatten_reads(context, stages)
+
+
+def sink_flatten_reads(context, stages: list) -> list:
+    """`stages` (fused, in the order they run) without the stages that only read a Flatten's buffer
+    and write what they read to a GroupByKey's; the Flatten's inputs write to the GroupByKey's buffer
+    instead. Kept where the buffer has another reader, or where an input's PCollection differs from
+    the Flatten's output in coder or windowing (the bytes would not be the GroupByKey's)."""
+    from apache_beam.runners.portability.fn_api_runner.translations import split_buffer_id
+
+    pcollections = context.components.pcollections
+    readers, writers = {}, {}
+    for stage in stages:
+        for transform in stage.transforms:
+            if transform.spec.urn == bundle_processor.DATA_INPUT_URN:
+                readers.setdefault(transform.spec.payload, []).append(stage)
+            elif transform.spec.urn == bundle_processor.DATA_OUTPUT_URN:
+                writers.setdefault(transform.spec.payload, []).append(transform)
+
+    def wire(pcollection):
+        proto = pcollections[pcollection]
+        return proto.coder_id, proto.windowing_strategy_id
+
+    gone = set()
+    for stage in stages:
+        if len(stage.transforms) != 2 or stage.timers:
+            continue
+        read, write = stage.transforms
+        if (read.spec.urn != bundle_processor.DATA_INPUT_URN or write.spec.urn != bundle_processor.DATA_OUTPUT_URN
+                or split_buffer_id(read.spec.payload)[0] != "materialize"
+                or split_buffer_id(write.spec.payload)[0] != "group"):
+            continue
+        (passed,), (grouped,) = read.outputs.values(), write.inputs.values()
+        inputs = writers.get(read.spec.payload, [])
+        if (passed != grouped or len(readers[read.spec.payload]) != 1 or not inputs
+                or any(wire(next(iter(t.inputs.values()))) != wire(passed) for t in inputs)):
+            continue
+        for transform in inputs:
+            transform.spec.payload = write.spec.payload
+        gone.add(stage)
+    if not gone:
+        return stages
+    kept = [stage for stage in stages if stage not in gone]
+    for stage in kept:  # the order is already fixed; nothing may wait on a stage that is gone
+        if stage.must_follow & gone:
+            stage.must_follow = frozenset(stage.must_follow - gone)
+    return kept
 
 
 def view_as(self, cls):
@@ -393,6 +457,7 @@ _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEF
           (core, "_check_fn_use_yield_and_return", uses_yield_and_return, _YIELD_AND_RETURN),
           (PipelineOptions, "view_as", view_as, _VIEW_AS),
           (fn_runner.ParallelBundleManager, "process_bundle", process_bundle, _PARALLEL_PROCESS_BUNDLE),
+          (fn_runner.FnApiRunner, "create_stages", create_stages, _CREATE_STAGES),
           (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE),
           (execution.BundleContextManager, "_build_process_bundle_descriptor", process_bundle_descriptor, _DESCRIPTOR),
           (bundle_processor, "concurrent", _CALLER_THREAD, bundle_processor.concurrent),

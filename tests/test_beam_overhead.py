@@ -287,3 +287,41 @@ def test_a_run_without_worker_processes_pickles_its_functions_uncompressed():
         assert payloads and all(beam_runner_api_pb2.ParDoPayload.FromString(x).do_fn.payload[:1] == b"\x80"
                                 for x in payloads)
     assert pickler.dumps is beam_overhead._PICKLER_DUMPS and pickler.dumps((1, 2))[:1] != b"\x80"
+
+
+def test_a_flatten_that_only_feeds_a_group_by_key_is_not_a_stage_of_its_own(monkeypatch, request):
+    """A CoGroupByKey of PCollections made in different stages: its inputs write to the GroupByKey's
+    buffer themselves (no "Flatten/Read" stage decodes and encodes them again), with 1 and with 2
+    worker processes; a Flatten whose output something else also reads keeps its stage. Results
+    are Beam's."""
+    beam_overhead.apply()
+    request.addfinalizer(lambda: beam_overhead.apply(False))
+    stages = []
+    real = fn_runner.BundleManager.process_bundle
+
+    def named(self, inputs, *args, **kwargs):
+        stages.append(self.bundle_context_manager.stage.name)
+        return real(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(fn_runner.BundleManager, "process_bundle", named)
+    for workers in (1, 2):
+        stages.clear()
+        options = PipelineOptions(["--runner=FnApiRunner", f"--direct_num_workers={workers}",
+                                   "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+        with beam.Pipeline(options=options) as p:
+            left = p | "Left" >> beam.Create([(k % 7, k) for k in range(40)]) | "Square" >> beam.MapTuple(
+                lambda k, v: (k, v * v))
+            right = (p | "Right" >> beam.Create(list(range(7))) | "Spread right" >> beam.Reshuffle()
+                     | "Name" >> beam.Map(lambda k: (k, f"key {k}")))
+            joined = ({"squares": left, "names": right} | "Join" >> beam.CoGroupByKey()
+                      | "Sorted" >> beam.MapTuple(lambda k, g: (k, sorted(g["squares"]), g["names"])))
+            both = (left, right | "Len" >> beam.MapTuple(lambda k, name: (k, len(name)))) | "Both" >> beam.Flatten()
+            grouped = both | "Group" >> beam.GroupByKey() | "Total" >> beam.MapTuple(lambda k, vs: (k, sum(vs)))
+            counted = both | "Count" >> beam.combiners.Count.Globally()
+            assert_that(joined, equal_to([(k, sorted(v * v for v in range(k, 40, 7)), [f"key {k}"]) for k in range(7)]),
+                        label="Joined")
+            assert_that(grouped, equal_to([(k, sum(v * v for v in range(k, 40, 7)) + 5) for k in range(7)]),
+                        label="Grouped")
+            assert_that(counted, equal_to([47]), label="Counted")
+        assert stages and not any("Join/CoGroupByKeyImpl/Flatten/Read" in name for name in stages), workers
+        assert any("(Both/Read)" in name for name in stages), workers
