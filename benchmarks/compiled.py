@@ -12,7 +12,9 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the rules' counts over the whole text (`text_counts` vs text_counts_python: symbol tokens, ellipses,
   Hangul jamo, Han/Kana, numbers, wide characters);
 - the template-line step's line normalisation (filters/template_lines.py `normalised_lines` vs
-  normalised_lines_python).
+  normalised_lines_python);
+- exact and near-duplicate dedup's word runs (dedup/exact.py `word_runs` vs word_runs_python, on the
+  casefolded text, as `normalize_for_hash` gives it them).
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
 """
 
@@ -74,6 +76,7 @@ def main() -> None:
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    from dedup import exact
     from filters import quality, template_lines
     from filters._ngrams import ngram_coverage
     from filters._words import text_counts, tokenize, word_stats
@@ -92,6 +95,7 @@ def main() -> None:
                                args.repeat),
         "normalised_lines": compare(template_lines.normalised_lines, template_lines.normalised_lines_python, texts,
                                     (), args.repeat),
+        "word_runs": compare(exact.word_runs, exact.word_runs_python, [t.casefold() for t in texts], (), args.repeat),
     }
     result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)), **paths}
     print(json.dumps(result, indent=2))

@@ -30,7 +30,11 @@
    normalised_lines(folded) -> the lines of an already casefolded text (split at "\n") as
    filters/template_lines.py `normalise_line` writes them, the oracle being `normalised_lines_python`:
    whitespace (Py_UNICODE_ISSPACE: str.split's) stripped and each run of it as one space, each decimal
-   digit (Py_UNICODE_ISDECIMAL: the regex \d) as '0'. */
+   digit (Py_UNICODE_ISDECIMAL: the regex \d) as '0'.
+
+   word_runs(text) -> the maximal runs of alphanumeric characters (Py_UNICODE_ISALNUM: the regex \w
+   without '_') of text joined by one space, the oracle being dedup/exact.py `word_runs_python`
+   (`[\W_]+` replaced by a space, stripped). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -259,6 +263,30 @@ static PyObject *normalised_lines(PyObject *self, PyObject *args) {
     return out;
 }
 
+static PyObject *word_runs(PyObject *self, PyObject *args) {
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text)) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = 0;
+    Py_UCS4 *out = PyMem_Malloc((n + 1) * sizeof(Py_UCS4));
+    if (!out) return PyErr_NoMemory();
+    int gap = 0; /* a non-alphanumeric character after a run, written once another run starts */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (Py_UNICODE_ISALNUM(c)) {
+            if (gap) out[len++] = ' ';
+            gap = 0;
+            out[len++] = c;
+        } else {
+            gap = len > 0;
+        }
+    }
+    PyObject *joined = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, len);
+    PyMem_Free(out);
+    return joined;
+}
+
 static PyMethodDef methods[] = {
     {"tokenize", tokenize, METH_VARARGS, "tokenize(text, classes) -> the quality rules' words of text"},
     {"word_stats", word_stats, METH_VARARGS,
@@ -268,6 +296,7 @@ static PyMethodDef methods[] = {
      "a wide character?)"},
     {"normalised_lines", normalised_lines, METH_VARARGS,
      "normalised_lines(folded) -> each line of a casefolded text, stripped, whitespace runs as one space, digits as 0"},
+    {"word_runs", word_runs, METH_VARARGS, "word_runs(text) -> the runs of alphanumeric characters joined by one space"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_words", NULL, -1, methods};

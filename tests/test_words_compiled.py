@@ -1,6 +1,7 @@
-"""The compiled word tokenizer, Gopher word statistics, whole-text counts and template-line normalisation
-(filters/_words.c) against their Python oracles (filters/quality.py tokenize_python, word_stats_python,
-text_counts_python; filters/template_lines.py normalised_lines_python): the same words, counts and lines on
+"""The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation and
+exact dedup's word runs (filters/_words.c) against their Python oracles (filters/quality.py tokenize_python,
+word_stats_python, text_counts_python; filters/template_lines.py normalised_lines_python; dedup/exact.py
+word_runs_python): the same words, counts, lines and runs on
 every code point, on random texts mixing scripts, marks, digits, separators and whitespace, and on real
 pages' text in several languages. Also the ellipsis count's regex against its plain form."""
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dedup import exact
+from dedup.exact import word_runs_python
 from filters import quality, template_lines
 from filters.quality import char_classes, text_counts_python, tokenize_python, word_stats_python
 from filters.template_lines import normalised_lines_python
@@ -58,6 +61,8 @@ def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
     assert quality.text_counts("| 한 ... 字 ３") == text_counts_python("| 한 ... 字 ３") == (2, 1, 2, 1, True, True)
     assert template_lines.normalised_lines is not normalised_lines_python
     assert template_lines.normalised_lines(" Page 3\tOF 12 \n\nStraße ٣") == ["page 0 of 00", "", "strasse 0"]
+    assert exact.word_runs is not word_runs_python
+    assert exact.normalize_for_hash(" Ｈello,_WORLD!! ß-٣ ") == "hello world ss ٣"
 
 
 def test_every_code_point_between_letters_digits_and_alone():
@@ -75,9 +80,11 @@ def test_every_code_point_gives_the_oracle_s_counts_and_lines():
         for text in ("".join(f"a{c}1 {c}{c}{c} ...{c} {c}\n" for c in chunk), " ".join(chunk), "".join(chunk)):
             assert text_counts(text) == text_counts_python(text), hex(ord(chunk[0]))
             assert normalised_lines(text) == normalised_lines_python(text), hex(ord(chunk[0]))
+            assert compiled().word_runs(text) == word_runs_python(text), hex(ord(chunk[0]))
         for c in chunk:  # each alone: a symbol token, or a digit, a wide character, whitespace, a line break
             assert text_counts(c) == text_counts_python(c), hex(ord(c))
             assert normalised_lines(c) == normalised_lines_python(c), hex(ord(c))
+            assert compiled().word_runs(c) == word_runs_python(c), hex(ord(c))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -92,6 +99,7 @@ def test_random_texts_give_the_oracle_s_words_and_counts(seed):
             assert compiled().word_stats(words, s or None, char_classes()) == word_stats_python(words, s), (seed, n)
         assert text_counts(text) == text_counts_python(text), (seed, n, text[:200])
         assert normalised_lines(text) == normalised_lines_python(text), (seed, n, text[:200])
+        assert compiled().word_runs(text) == word_runs_python(text), (seed, n, text[:200])
         # the ellipsis count's regex, with its lookahead for speed, finds what the plain one finds
         assert quality._ELLIPSIS_RE.findall(text) == re.findall(r"\.{3,}|[…⋯]+", text)
 
@@ -122,6 +130,7 @@ def test_real_pages_give_the_oracle_s_words_and_counts():
         assert compiled().tokenize(text, char_classes()) == words
         assert text_counts(text) == text_counts_python(text)
         assert normalised_lines(text) == normalised_lines_python(text)
+        assert compiled().word_runs(text) == word_runs_python(text)
         for lang in ("en", "de", "ru", "zh"):
             stop = STOP.get(lang)
             assert compiled().word_stats(words, stop, char_classes()) == word_stats_python(words, stop)
@@ -146,3 +155,6 @@ def test_bad_arguments_are_errors_not_crashes():
         words.normalised_lines(b"bytes")
     assert words.text_counts("", char_classes()) == (0, 0, 0, 0, False, False)
     assert words.normalised_lines("") == [""]
+    with pytest.raises(TypeError):
+        words.word_runs(b"bytes")
+    assert words.word_runs("") == words.word_runs(" _-_ ") == ""
