@@ -318,8 +318,8 @@ PARALLEL_MIN_KEYS = 1000  # a grouped input with fewer keys runs in the runner p
 def shares_work(inputs) -> bool:
     """Whether a stage's bundle goes to the worker processes: its input comes out of a "Spread ..."
     reshuffle (the input files, each a file's worth of work), or out of a GroupByKey with at least
-    PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the flattened drop rows a
-    stage writes, the bytes of a few thousand images) costs more to ship to a worker and back than the
+    PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the drop rows a branch
+    gathers before it writes them, the bytes of a few thousand images) costs more to ship to a worker and back than the
     worker saves: on 6 copies of mixed-dev (10,158 pages, 2 workers) 357 of 409 stages were slower
     with 2 worker processes than in process (5.6 s in all), and the whole run took 43.5/43.7 s when
     every stage with work for both went to the workers, 38.9/40.3 s with this rule (alternating runs)."""

@@ -200,11 +200,17 @@ def write_parquet(pcoll, directory: str, schema: pa.Schema, label: str):
                                  [directory], schema, label)
 
 
-def write_parquet_folders(pcoll, folders: list[str], schema: pa.Schema, label: str):
+def write_parquet_folders(pcolls, folders: list[str], schema: pa.Schema, label: str):
     """(folder, row) pairs written under their folder, one of `folders` (each gets its files, or
-    one empty file): several outputs of the same schema for the cost of one write."""
-    return (pcoll | f"{label}/Files" >> beam.ParDo(_WriteBundleFiles(schema))
-            | f"{label}/Paths" >> beam.combiners.ToList()
+    one empty file): several outputs of the same schema for the cost of one write. `pcolls`: one
+    PCollection of pairs, or several, each written where it is made (no Flatten gathers the rows in
+    one place first: only the written files' paths are gathered)."""
+    if isinstance(pcolls, beam.PCollection):
+        written = pcolls | f"{label}/Files" >> beam.ParDo(_WriteBundleFiles(schema))
+    else:
+        written = ([pcoll | f"{label}/Files{i}" >> beam.ParDo(_WriteBundleFiles(schema))
+                    for i, pcoll in enumerate(pcolls)] | f"{label}/AllFiles" >> beam.Flatten())
+    return (written | f"{label}/Paths" >> beam.combiners.ToList()
             | f"{label}/Commit" >> beam.Map(_commit, folders, schema))
 
 

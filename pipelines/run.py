@@ -215,8 +215,7 @@ def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, starte
         labels[name], before = set(p.applied_labels) - before, set(p.applied_labels)
     last = STAGES[names[-1]]
     if drops:
-        writes.append(io.write_parquet_folders(drops | f"{last.name}/AllDrops" >> beam.Flatten(),
-                                               [io.join(root, "dropped", n) for n in names], io.DROP_SCHEMA,
+        writes.append(io.write_parquet_folders(drops, [io.join(root, "dropped", n) for n in names], io.DROP_SCHEMA,
                                                f"{last.name}/WriteDropped"))
     if docs is not None:
         writes.append(io.write_parquet(docs, io.join(root, last.documents), last.schema, f"{last.name}/WriteDocs"))
