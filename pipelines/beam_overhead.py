@@ -53,7 +53,8 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
 - `view_as(cls)` memoised per options object and class. A view shares its parent's option values
   (`_all_options`), so the same view object is what a fresh one would be: Beam documents that writes
   through any view reach every other.
-- Only a stage with work to share (`shares_work`: the input files, a GroupByKey of >= 1,000 keys) is
+- Only a stage with work to share (`shares_work`: the input files, a read of >= 8 Parquet files or
+  ranges, a GroupByKey of >= 1,000 keys) is
   split over the worker processes; every other stage runs as one bundle (Beam's own single-worker
   `BundleManager`) in the runner process itself, on Beam's in-memory worker (`_InProcess`, what a
   1-worker run uses). Bundle boundaries never change an output here: every output is byte-identical
@@ -313,20 +314,26 @@ def process_bundle(self, inputs, expected_outputs, fired_timers, expected_output
 
 SPREAD = "Spread "        # a Reshuffle labelled "Spread ..." marks work to share whatever its size
 PARALLEL_MIN_KEYS = 1000  # a grouped input with fewer keys runs in the runner process
+READ_FILES = "/ReadAllFiles/Reshard/"  # ReadAllFromParquet's reshuffle: each key a file (or a range of one) to read
+PARALLEL_MIN_FILES = 8
 
 
 def shares_work(inputs) -> bool:
     """Whether a stage's bundle goes to the worker processes: its input comes out of a "Spread ..."
-    reshuffle (the input files, each a file's worth of work), or out of a GroupByKey with at least
-    PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the drop rows a branch
+    reshuffle (the input files, each a file's worth of work), out of the reshuffle of a read of
+    Parquet files with at least PARALLEL_MIN_FILES files or ranges to read (a finished group's
+    documents that the next reads back, the loss audit's read of every output), or out of a
+    GroupByKey with at least PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the drop rows a branch
     gathers before it writes them, the bytes of a few thousand images) costs more to ship to a worker and back than the
     worker saves: on 6 copies of mixed-dev (10,158 pages, 2 workers) 357 of 409 stages were slower
     with 2 worker processes than in process (5.6 s in all), and the whole run took 43.5/43.7 s when
     every stage with work for both went to the workers, 38.9/40.3 s with this rule (alternating runs)."""
     if any(name.startswith(SPREAD) for name in inputs):
         return True
-    return sum(len(b._table) for b in inputs.values()
-               if isinstance(b, execution.GroupingBuffer) and not b._grouped_output) >= PARALLEL_MIN_KEYS
+    keys = sum(len(b._table) for b in inputs.values() if isinstance(b, execution.GroupingBuffer) and not b._grouped_output)
+    if any(READ_FILES in name for name in inputs):
+        return keys >= PARALLEL_MIN_FILES
+    return keys >= PARALLEL_MIN_KEYS
 
 
 class _InProcess:

@@ -325,3 +325,39 @@ def test_a_flatten_that_only_feeds_a_group_by_key_is_not_a_stage_of_its_own(monk
             assert_that(counted, equal_to([47]), label="Counted")
         assert stages and not any("Join/CoGroupByKeyImpl/Flatten/Read" in name for name in stages), workers
         assert any("(Both/Read)" in name for name in stages), workers
+
+
+def test_a_read_of_enough_parquet_files_goes_to_the_worker_processes(monkeypatch, request, tmp_path):
+    """With 2 worker processes, ReadAllFromParquet's reshuffle of PARALLEL_MIN_FILES files is split over
+    both workers (each file is work: its rows are decoded there), and a read of 2 files runs in the
+    runner process. The rows are Beam's either way."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    beam_overhead.apply()
+    request.addfinalizer(lambda: beam_overhead.apply(False))
+    for folder, n in (("many", beam_overhead.PARALLEL_MIN_FILES), ("few", 2)):
+        (tmp_path / folder).mkdir()
+        for i in range(n):
+            pq.write_table(pa.table({"x": list(range(10 * i, 10 * i + 10))}), tmp_path / folder / f"part-{i}.parquet")
+    bundles = []
+    real = fn_runner.BundleManager.process_bundle
+
+    def counted(self, inputs, *args, **kwargs):
+        bundles.append((self.bundle_context_manager.stage.name,
+                        isinstance(self.bundle_context_manager, beam_overhead._InProcess)))
+        return real(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(fn_runner.BundleManager, "process_bundle", counted)
+    options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                               "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+    with beam.Pipeline(options=options) as p:
+        for folder, n in (("many", beam_overhead.PARALLEL_MIN_FILES), ("few", 2)):
+            rows = (p | f"{folder}/Pattern" >> beam.Create([str(tmp_path / folder / "part-*.parquet")])
+                    | f"{folder}/Read" >> beam.io.ReadAllFromParquet() | f"{folder}/X" >> beam.Map(lambda r: r["x"]))
+            assert_that(rows, equal_to(list(range(10 * n))), label=f"{folder}/Rows")
+    here = {name.split("/")[0].lstrip("("): [] for name, _ in bundles}
+    for name, in_runner in bundles:
+        if "/ReadAllFiles/Reshard/ReshufflePerKey/GroupByKey/Read" in name:
+            here[name.split("/")[0].lstrip("(")].append(in_runner)
+    assert here["many"] == [False, False] and here["few"] == [True]
