@@ -116,10 +116,10 @@ def _is_skip_link_line(line: str) -> bool:
 #   "Das könnte Sie auch interessieren", "À lire aussi", "Zobacz również"), sharing ("Share this article",
 #   "Artikel teilen") or readers' comments ("Comments", "Leave a reply"). The whole line, case-insensitive,
 #   between bullets, arrows and end punctuation, with an optional count ("Vos réactions (11)"). Where one of
-#   TAIL_SECTIONS (other articles, a comment form) stands in the second half of the text, it is where the
-#   article ends: it and every line after it go (a teaser list, an author box, a comment thread); in the
-#   first half it goes alone. An inline box's "Read also" ("Lesen Sie auch", "Leggi anche"), which news
-#   sites set between paragraphs, and a bare "Related" or "Comments" (a tutorial's section on code
+#   TAIL_SECTIONS (other articles, a comment form, the author box) stands in the second half of the text,
+#   it is where the article ends: it and every line after it go (a teaser list, an author box, a comment
+#   thread); in the first half it goes alone. An inline box's "Read also" ("Lesen Sie auch", "Leggi anche"),
+#   which news sites set between paragraphs, and a bare "Related" or "Comments" (a tutorial's section on code
 #   comments) go alone wherever they stand.
 TAIL_SECTIONS = frozenset((
     "related articles", "related posts", "related stories", "related content", "related news",
@@ -131,7 +131,9 @@ TAIL_SECTIONS = frozenset((
     "sur le même sujet", "articles similaires", "vous aimerez aussi", "laisser un commentaire",
     "te puede interesar", "noticias relacionadas", "artículos relacionados", "deja un comentario",
     "articoli correlati", "lascia un commento", "notícias relacionadas", "deixe um comentário",
-    "gerelateerde artikelen", "laat een reactie achter"))
+    "gerelateerde artikelen", "laat een reactie achter", "about the author", "über den autor", "über die autorin",
+    "à propos de l'auteur", "sobre el autor", "sull'autore", "sobre o autor", "over de auteur", "o autorze",
+    "discussion about this post"))
 SECTION_LABELS = TAIL_SECTIONS | frozenset((
     "related", "latest news", "mehr zum thema", "lesen sie auch", "à lire aussi", "lire aussi", "leggi anche",
     "veja também", "leia também", "zobacz również", "czytaj także", "comments", "kommentare", "commentaires",
@@ -167,13 +169,33 @@ SECTION_LABELS = TAIL_SECTIONS | frozenset((
     "geef een reactie",
     "zobacz też", "czytaj też", "czytaj również", "polecamy", "najczęściej czytane", "najnowsze", "udostępnij",
     "dodaj komentarz"))
+# - A page widget's line: a print button, a loading placeholder, a link back to the top or to more, and the
+#   reading time templates print under a headline ("5 min read", "Lesezeit: 4 Min."; digits as 0 here). Not
+#   "Learn more": WCXB's annotators keep it as often as not, as a service page's own link.
+WIDGET_LABELS = frozenset((
+    "print", "drucken", "imprimer", "stampa", "imprimir", "afdrukken", "drukuj", "loading", "wird geladen",
+    "chargement", "cargando", "caricamento", "carregando", "ładowanie", "back to top", "scroll to top",
+    "nach oben", "zurück nach oben", "retour en haut", "volver arriba", "torna su", "voltar ao topo",
+    "terug naar boven", "do góry",
+    "0 min read", "0 mins read", "0 minute read", "0 minutes read", "0 min. read", "reading time: 0 min",
+    "reading time 0 min", "reading time: 0 minutes", "0 min reading time", "lesezeit: 0 min", "lesezeit 0 min",
+    "lesezeit: 0 minuten", "0 min. lesezeit", "0 min lesezeit", "0 minuten lesezeit", "lesedauer: 0 min",
+    "lesedauer: 0 minuten", "lesedauer 0 min", "temps de lecture : 0 min", "temps de lecture: 0 min",
+    "temps de lecture : 0 minutes", "0 min de lecture", "lecture : 0 min", "tiempo de lectura: 0 min",
+    "tiempo de lectura: 0 minutos", "0 min de lectura", "0 minutos de lectura", "tempo di lettura: 0 min",
+    "tempo di lettura: 0 minuti", "0 min di lettura", "tempo de leitura: 0 min", "0 min de leitura",
+    "leestijd: 0 min", "leestijd 0 min", "leestijd: 0 minuten", "0 min leestijd", "czas czytania: 0 min",
+    "0 min czytania"))
+_LABELS = SECTION_LABELS | WIDGET_LABELS
+_DIGITS = re.compile(r"\d+")
 _SECTION_MAX_CHARS = 60  # longer than any label with its bullets and count: prose never gets normalised
-_SECTION_EDGES = " \t\u00a0•·▪◦‣*-–—>»›▸►→:.…!?|"
+_SECTION_EDGES = " \t\u00a0•·▪◦‣*-–—>»›▸►→↑:.…!?|"
 _SECTION_COUNT = re.compile(r"\s*(?:\(\d{1,6}\)|\[\d{1,6}\]|\d{1,3})$")  # "(11)", "5"; not a year
-# - A comment form's notices, in a line of any length: WordPress's own strings ("Your email address will not
-#   be published.", "Required fields are marked *", "This entry was posted in ... Bookmark the permalink.")
-#   in English and in its translations, on every blog the platform renders.
-COMMENT_FORM_NOTICES = (
+# - A web form's notices, in a line of under 400 characters: WordPress's own comment-form strings ("Your email
+#   address will not be published.", "Required fields are marked *", "This entry was posted in ... Bookmark the
+#   permalink.") in English and in its translations, on every blog the platform renders, and Webflow's
+#   submission messages ("Thank you! Your submission has been received!").
+FORM_NOTICES = (
     "your email address will not be published", "required fields are marked",
     "save my name, email, and website in this browser", "this entry was posted in", "bookmark the permalink",
     "deine e-mail-adresse wird nicht veröffentlicht", "ihre e-mail-adresse wird nicht veröffentlicht",
@@ -185,8 +207,9 @@ COMMENT_FORM_NOTICES = (
     "i campi obbligatori sono contrassegnati", "o seu endereço de email não será publicado",
     "o seu endereço de e-mail não será publicado", "campos obrigatórios são marcados",
     "je e-mailadres wordt niet gepubliceerd", "vereiste velden zijn gemarkeerd met",
-    "twój adres e-mail nie zostanie opublikowany", "wymagane pola są oznaczone")
-_COMMENT_FORM_MAX_CHARS = 400
+    "twój adres e-mail nie zostanie opublikowany", "wymagane pola są oznaczone",
+    "thank you! your submission has been received", "oops! something went wrong while submitting the form")
+_FORM_MAX_CHARS = 400
 # - A call to action of the site's own, in a line of under 200 characters: newsletter sign-ups ("Subscribe to
 #   our newsletter", "Newsletter abonnieren", "delivered straight to your inbox", "direkt in dein Postfach"),
 #   requests to share or follow ("Dir hat der Artikel gefallen? Jetzt teilen", "If you enjoyed this post"),
@@ -215,15 +238,17 @@ _CALL_TO_ACTION_MAX_CHARS = 200
 
 
 def section_label(line: str) -> str | None:
-    """The SECTION_LABELS entry `line` is (normalised: lower case, single spaces, without its edges and
-    count), or None."""
+    """The SECTION_LABELS or WIDGET_LABELS entry `line` is (normalised: lower case, single spaces, without
+    its edges and a section's count; a widget's digits as 0), or None."""
     if len(line) > _SECTION_MAX_CHARS:
         return None
     key = " ".join(line.strip(_SECTION_EDGES).lower().split())
-    if key in SECTION_LABELS:
+    if key in _LABELS:
         return key
-    if not key or key[-1] not in "0123456789)]":
+    if not key or not any(c.isdigit() for c in key):
         return None
+    if _DIGITS.sub("0", key) in WIDGET_LABELS:
+        return key
     bare = _SECTION_COUNT.sub("", key).strip(_SECTION_EDGES)
     return bare if bare in SECTION_LABELS else None
 
@@ -241,14 +266,14 @@ def _is_label_line(line: str) -> bool:
 
 def remove_label_lines(text: str) -> tuple[str, int]:
     """(text without lines that are only an ad slot's label (AD_LABELS), a photo credit (CREDIT_LABELS),
-    skip links (SKIP_LINKS), a section heading (SECTION_LABELS) or hold a comment form's notice
-    (COMMENT_FORM_NOTICES) or a call to action (CALL_TO_ACTION_NOTICES), and without the tail from a TAIL_SECTIONS heading in the text's second half;
-    number of lines removed)."""
+    skip links (SKIP_LINKS), a section heading (SECTION_LABELS) or a widget's (WIDGET_LABELS), or hold a
+    form's notice (FORM_NOTICES) or a call to action (CALL_TO_ACTION_NOTICES), and without the tail from a
+    TAIL_SECTIONS heading in the text's second half; number of lines removed)."""
     lines = text.split("\n")
     drop = {k for k, line in enumerate(lines)
             if len(line) < _CREDIT_MAX_CHARS and _LABEL_START.match(line) and _is_label_line(line)
             or len(line) < _SKIP_MAX_CHARS and _SKIP_START.match(line) and _is_skip_link_line(line)}
-    for kind, max_chars in ((COMMENT_FORM_NOTICES, _COMMENT_FORM_MAX_CHARS),
+    for kind, max_chars in ((FORM_NOTICES, _FORM_MAX_CHARS),
                             (CALL_TO_ACTION_NOTICES, _CALL_TO_ACTION_MAX_CHARS)):
         short = [k for k, line in enumerate(lines) if len(line) < max_chars]
         lowered = "\n".join(lines[k] for k in short).lower()  # the lines that may go: prose lines are longer

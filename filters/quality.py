@@ -681,10 +681,11 @@ class _QualitySettings(BaseModel):
         "Remove lines that are only an ad slot's label (\"Advertisement\", \"Story continues below advertisement\", "
         "\"Anzeige\"), a photo credit (\"Photo: Hau Dinh, AP\"), skip links (\"Skip to main content\", "
         "\"Zum Inhalt springen\"), a heading of other articles, sharing or comments (\"Related stories\", "
-        "\"Artikel teilen\", \"Comments\"), a comment form's notice (\"Your email address will not be "
-        "published\") or a call to action in a short line (\"Subscribe to our newsletter\", \"Jetzt teilen\"), "
-        "and the rest of the text from a heading of other articles or a comment form in its second "
-        "half (filters/clean.py), before the rules; the document rules see the cleaned text."))
+        "\"Artikel teilen\", \"Comments\"), a widget's (\"Print\", \"Loading...\", \"5 min read\"), a form's "
+        "notice (\"Your email address will not be published\") or a call to action in a short line (\"Subscribe "
+        "to our newsletter\", \"Jetzt teilen\"), and the rest of the text from a heading of other articles, a "
+        "comment form or an author box in its second half (filters/clean.py), before the rules; the document rules "
+        "see the cleaned text."))
     link_list_lines: StrictBool = Field(True, description=(
         "Remove lines that only list links (>= 3 URLs or domain names, >= 80% of the line; filters/clean.py) "
         "before the rules; the document rules see the cleaned text."))

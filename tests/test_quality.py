@@ -1625,3 +1625,23 @@ def test_calls_to_action_go_in_short_lines_and_stay_in_prose():
                  "as those who come through search.")
     assert len(long_line) >= 200
     assert remove_label_lines("\n".join(para + [long_line])) == ("\n".join(para + [long_line]), 0)
+
+
+def test_widget_lines_form_messages_and_a_late_author_box_go():
+    """A print button, a loading placeholder, a link back to the top and a reading time go as labels
+    (digits as 0: "5 min read", "Lesezeit: 4 Min."); Webflow's form messages go wherever they stand; an
+    "About the author" heading in the text's second half ends the article, in its first half it goes
+    alone. A sentence that mentions reading time stays."""
+    from filters.clean import remove_label_lines, section_label
+
+    para = [f"Paragraph {i} of the story goes on with the details that the reporters found out." for i in range(6)]
+    widgets = ["5 min read", "Lesezeit: 4 Min.", "• Print", "Drucken", "Loading...", "Back to top ↑", "12 minute read",
+               "Thank you! Your submission has been received!", "Oops! Something went wrong while submitting the form."]
+    assert remove_label_lines("\n".join(widgets[:4] + para + widgets[4:])) == ("\n".join(para), len(widgets))
+    bio = ["Jane Doe writes about science and the people who do it.", "She lives in Leeds with two cats."]
+    assert remove_label_lines("\n".join(para + ["About the Author"] + bio)) == ("\n".join(para), 3)
+    assert remove_label_lines("\n".join(["About the author"] + para)) == ("\n".join(para), 1)
+    kept = ["The reading time of 5 min read aloud is what the study measured for each of the texts."]
+    assert remove_label_lines("\n".join(para + kept)) == ("\n".join(para + kept), 0)
+    assert [section_label(s) for s in ("5 min read", "Lesedauer: 8 Min.", "2020", "Print 5")] == \
+        ["5 min read", "lesedauer: 8 min", None, None]
