@@ -478,27 +478,28 @@ class BuildShards(beam.PTransform):
 
     def expand(self, text_docs):
         p, mix, info, inputs = text_docs.pipeline, self.cfg.mix, tokenizer_info(self.cfg), self.inputs
-        text = ((text_docs, _clusters(p, inputs.text_dedup, "TextClusters"))
-                | "TextSamples" >> mix_transforms.WithEpochs(TEXT, mix))
-        samples, drops = [text], []
+        samples = {TEXT: (text_docs, _clusters(p, inputs.text_dedup, "TextClusters"))
+                   | "TextSamples" >> mix_transforms.WithEpochs(TEXT, mix)}
         if inputs.interleaved is not None:
-            samples.append((inputs.interleaved, _clusters(p, inputs.interleaved_dedup, "InterleavedClusters"))
-                           | "InterleavedSamples" >> mix_transforms.WithEpochs(INTERLEAVED, mix))
+            samples[INTERLEAVED] = ((inputs.interleaved, _clusters(p, inputs.interleaved_dedup, "InterleavedClusters"))
+                                    | "InterleavedSamples" >> mix_transforms.WithEpochs(INTERLEAVED, mix))
         if inputs.pairs is not None:
             base = mix.epochs.pair
-            samples.append(inputs.pairs | "PairSamples" >> beam.Map(
-                lambda doc: {"doc": doc, "modality": PAIR, "epochs": base, "keys": []}))
-        tokens = (samples | "AllSamples" >> beam.Flatten()
-                  | "TokenizeAndChunk" >> TokenizeAndChunk(self.cfg, self.vision))
-        records, counts = tokens.docs, [tokens[COUNTERS]]
+            samples[PAIR] = inputs.pairs | "PairSamples" >> beam.Map(
+                lambda doc: {"doc": doc, "modality": PAIR, "epochs": base, "keys": []})
+        # each modality tokenized in the stage that makes its samples (no Flatten gathers every sample first)
+        tokens = {modality: pcoll | f"TokenizeAndChunk {modality}" >> TokenizeAndChunk(self.cfg, self.vision)
+                  for modality, pcoll in samples.items()}
+        counts = [t[COUNTERS] for t in tokens.values()]
+        drops = [t[DROPS] for t in tokens.values()]
+        parts = {modality: t.docs for modality, t in tokens.items()}
         if inputs.interleaved is not None:
-            by_modality = records | "ByModality" >> beam.Partition(
-                lambda r, _: (TEXT, INTERLEAVED, PAIR).index(r["modality"]), 3)
-            twins = (by_modality[0], by_modality[1]) | "ResolveTwins" >> mix_transforms.ResolveTwins()
-            records = (twins[TEXT], twins[INTERLEAVED], by_modality[2]) | "Resolved" >> beam.Flatten()
+            twins = (parts[TEXT], parts[INTERLEAVED]) | "ResolveTwins" >> mix_transforms.ResolveTwins()
+            parts.update({TEXT: twins[TEXT], INTERLEAVED: twins[INTERLEAVED]})
             drops.append(twins[mix_transforms.REPLACED] | "Replaced" >> beam.MapTuple(
                 lambda r, survivor: ({"id": r["id"], **r["where"]}, TEXT, mix_transforms.REPLACED, survivor)))
             counts.append(drops[-1] | "CountReplaced" >> beam.Map(lambda _: ("mix/replaced_by_multimodal", 1)))
+        records = list(parts.values()) | "Resolved" >> beam.Flatten()
         balanced, plan = records | "BalanceRatio" >> mix_transforms.BalanceRatio(mix)
         sampled = balanced | "Sampled" >> beam.Partition(lambda r, _: int(r["copies"] > 0), 2)
         not_sampled, packed = sampled[0], sampled[1]
@@ -529,7 +530,7 @@ class BuildShards(beam.PTransform):
                                               beam.pvalue.AsList(totals),
                                               beam.pvalue.AsList(manifests | "AllManifests" >> beam.Flatten()),
                                               beam.pvalue.AsDict(run_counters)))
-        drops += [tokens[DROPS], not_sampled | "NotSampled" >> beam.Map(
+        drops += [not_sampled | "NotSampled" >> beam.Map(
             lambda r: ({"id": r["id"], **r["where"]}, r["modality"], "not_sampled", f"epochs {r['epochs']:.4g}"))]
         return BuildShardsResult((counted, done) | "WithRunManifest" >> beam.Flatten(), packed,
                                  drops | "AllDrops" >> beam.Flatten())
