@@ -110,7 +110,7 @@ def run_pairs(pages: list[dict], images: list[dict],
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
         res = (p | "Pages" >> beam.Create(pages), p | "Images" >> beam.Create(images)) | ImagePairs(config)
         res.pairs | "PairList" >> beam.combiners.ToList() | "PairDump" >> beam.Map(dump("pairs"))
-        res.dropped | "DropList" >> beam.combiners.ToList() | "DropDump" >> beam.Map(dump("dropped"))
+        res.dropped | "Drops" >> beam.Flatten() | "DropList" >> beam.combiners.ToList() | "DropDump" >> beam.Map(dump("dropped"))
         res.counters | "CountList" >> beam.combiners.ToList() | "CountDump" >> beam.Map(dump("counters"))
     wall = time.time() - started
     load = lambda name: pickle.loads((folder / name).read_bytes())  # noqa: E731

@@ -508,7 +508,8 @@ class ImageBytes(beam.PTransform):
 class ImagePairsResult(NamedTuple):
     pairs: beam.PCollection     # PAIR_SCHEMA rows, one per kept image
     images: beam.PCollection    # IMAGE_SCHEMA rows (id = sha256), one per kept pair's image
-    dropped: beam.PCollection   # (ref row, reason, detail), one per dropped <img>
+    dropped: tuple              # PCollections of (ref row, reason, detail), one per dropped <img>: one per
+                                # step that drops, so that each step's drops are written where it runs
     counters: beam.PCollection  # (key, n) summed; "in" = <img> tags, "out" = pairs
 
 
@@ -594,7 +595,7 @@ class ImagePairs(beam.PTransform):
                      p | "ZeroCounters" >> beam.Create([("in", 0), ("out", 0), (PREFIX + "stored", 0)])]
         return ImagePairsResult(
             pairs=rows, images=images,
-            dropped=drops | "AllDrops" >> beam.Flatten(),
+            dropped=tuple(drops),
             counters=counters | "AllCounters" >> beam.Flatten() | "SumCounters" >> beam.CombinePerKey(sum))
 
 

@@ -179,6 +179,11 @@ class _MarkGroup(beam.DoFn):
                 io.write_json(io.join(self.root, name, "_SUCCESS"), marker)
 
 
+def drops_of(built) -> tuple:
+    """A stage's drop rows as a tuple of PCollections (`Built.drops` is one, or a tuple of several)."""
+    return built.drops if isinstance(built.drops, tuple) else (built.drops,)
+
+
 def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, started: float,
                 labels: dict | None = None):
     """Adds a group of stages to pipeline `p`: per-stage counters, dropped docs and stats.json, the
@@ -199,7 +204,8 @@ def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, starte
         if stage.counts_itself:  # its DoFn tallies in, out and drops per bundle
             out_count = None
         else:
-            parts.append(built.drops | f"{name}/CountDropped" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1)))
+            parts += [d | f"{name}/CountDropped{i}" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))
+                      for i, d in enumerate(drops_of(built))]
             if inputs is not None:
                 parts.append(_count_elements(inputs, f"{name}/In", "in") if out_count is None
                              else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
@@ -209,8 +215,9 @@ def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, starte
         counters.append(parts | f"{name}/AllCounters" >> beam.Flatten()
                         | f"{name}/ByStage" >> beam.Map(lambda kn, stage: ((stage, kn[0]), kn[1]), name))
         if cfg.write_dropped:
-            drops.append(built.drops | f"{name}/DropFolder" >> beam.Map(
-                lambda row, folder: (folder, row), io.join(root, "dropped", name)))
+            drops += [d | f"{name}/DropFolder{i}" >> beam.Map(lambda row, folder: (folder, row),
+                                                             io.join(root, "dropped", name))
+                      for i, d in enumerate(drops_of(built))]
         writes += built.written
         labels[name], before = set(p.applied_labels) - before, set(p.applied_labels)
     last = STAGES[names[-1]]

@@ -37,7 +37,8 @@ own section at `getattr(cfg, name)`), and a `DocumentStage`'s step its own secti
 decided for the pipeline (the matched input files, the stages built in it) is `plan_of(p)`.
 
 What a stage returns: `build(p, cfg, docs, root)` returns `Built(docs, drops, counters, written)`: its
-documents (or None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row), counters, (key, n)
+documents (or None), its drop rows (one shape: `drop_row`, the io.DROP_SCHEMA row; a PCollection, or a
+tuple of them, each then written in the stage that makes it), counters, (key, n)
 pairs, and `written`: the PCollections of the writes it makes itself (its `outputs`), whose completion
 means those outputs are in place. The runner writes the drops to OUT/dropped/<name>/ (with
 `write_dropped`), sums the counters into OUT/<name>/stats.json, writes the group's completion marker
@@ -130,7 +131,7 @@ class Built(NamedTuple):
     """What `Stage.build` returns (see the module docstring)."""
 
     docs: beam.PCollection | None
-    drops: beam.PCollection
+    drops: beam.PCollection | tuple  # one PCollection of drop rows, or several (each written where it is made)
     counters: beam.PCollection
     written: tuple = ()
 

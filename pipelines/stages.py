@@ -694,7 +694,8 @@ class ImagesStage(Stage):
         pairs = res.pairs | "WritePairs" >> io.WriteSortedParquet(io.join(root, "docs", "pairs"), PAIR_SCHEMA, shards)
         images = res.images | "WriteImages" >> io.WriteSortedParquet(io.join(root, "images", "pairs"), IMAGE_SCHEMA,
                                                                      shards)
-        return Built(None, res.dropped | "DropRows" >> beam.Map(_image_drop), res.counters, (pairs, images))
+        drops = tuple(d | f"DropRows{i}" >> beam.Map(_image_drop) for i, d in enumerate(res.dropped))
+        return Built(None, drops, res.counters, (pairs, images))
 
 
 # -------------------------------------------------------------------------------------------- pack

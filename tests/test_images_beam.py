@@ -38,6 +38,8 @@ def run_pairs(pages, images, config, tmp_path, args=ONE_WORKER):
         res = ((p | "Pages" >> beam.Create(pages), p | "Images" >> beam.Create(images))
                | ImagePairs(ImagePairsConfig.model_validate(cfg)))
         for name, pcoll in res._asdict().items():
+            if isinstance(pcoll, tuple):  # the drops, one PCollection per step that drops
+                pcoll = pcoll | f"{name}All" >> beam.Flatten()
             pcoll | f"{name}List" >> beam.combiners.ToList() | f"{name}Dump" >> beam.Map(dump(name))
     load = lambda name: pickle.loads((tmp_path / name).read_bytes())  # noqa: E731
     return load("pairs"), load("dropped"), dict(load("counters")), load("images")
