@@ -323,14 +323,15 @@ def shares_work(inputs) -> bool:
     reshuffle (the input files, each a file's worth of work), out of the reshuffle of a read of
     Parquet files with at least PARALLEL_MIN_FILES files or ranges to read (a finished group's
     documents that the next reads back, the loss audit's read of every output), or out of a
-    GroupByKey with at least PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the drop rows a branch
-    gathers before it writes them, the bytes of a few thousand images) costs more to ship to a worker and back than the
-    worker saves: on 6 copies of mixed-dev (10,158 pages, 2 workers) 357 of 409 stages were slower
+    GroupByKey with at least PARALLEL_MIN_KEYS keys. Everything else (counters, stats, markers, the drop
+    rows a branch gathers before it writes them, the bytes of a few thousand images) costs more to ship
+    to a worker and back than the worker saves: on 6 copies of mixed-dev (10,158 pages, 2 workers) 357 of 409 stages were slower
     with 2 worker processes than in process (5.6 s in all), and the whole run took 43.5/43.7 s when
     every stage with work for both went to the workers, 38.9/40.3 s with this rule (alternating runs)."""
     if any(name.startswith(SPREAD) for name in inputs):
         return True
-    keys = sum(len(b._table) for b in inputs.values() if isinstance(b, execution.GroupingBuffer) and not b._grouped_output)
+    keys = sum(len(b._table) for b in inputs.values()
+               if isinstance(b, execution.GroupingBuffer) and not b._grouped_output)
     if any(READ_FILES in name for name in inputs):
         return keys >= PARALLEL_MIN_FILES
     return keys >= PARALLEL_MIN_KEYS

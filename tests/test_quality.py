@@ -1613,7 +1613,8 @@ def test_calls_to_action_go_in_short_lines_and_stay_in_prose():
 
     para = [f"Paragraph {i} of the story goes on with the details that the reporters found out." for i in range(4)]
     calls = ["Subscribe to our newsletter", "Never miss a post. Get updates directly to your inbox",
-             "Dir hat der Artikel gefallen? Jetzt teilen...", "Newsletter abonnieren und keine Branchen-News mehr verpassen.",
+             "Dir hat der Artikel gefallen? Jetzt teilen...",
+             "Newsletter abonnieren und keine Branchen-News mehr verpassen.",
              "Aktuelle Stories und die wichtigsten News für Marketeers direkt in dein Postfach!",
              "Time limit is exhausted. Please reload CAPTCHA.", "Abonnez-vous à notre newsletter",
              "Wenn Sie dieses Youtube-Video sehen möchten, müssen Sie die externen YouTube-cookies akzeptieren.",
@@ -1635,7 +1636,8 @@ def test_widget_lines_form_messages_and_a_late_author_box_go():
     from filters.clean import remove_label_lines, section_label
 
     para = [f"Paragraph {i} of the story goes on with the details that the reporters found out." for i in range(6)]
-    widgets = ["5 min read", "Lesezeit: 4 Min.", "• Print", "Drucken", "Loading...", "Back to top ↑", "12 minute read",
+    widgets = ["5 min read", "Lesezeit: 4 Min.", "• Print", "Drucken", "Loading...", "Back to top ↑",
+               "12 minute read",
                "Thank you! Your submission has been received!", "Oops! Something went wrong while submitting the form."]
     assert remove_label_lines("\n".join(widgets[:4] + para + widgets[4:])) == ("\n".join(para), len(widgets))
     bio = ["Jane Doe writes about science and the people who do it.", "She lives in Leeds with two cats."]
