@@ -14,10 +14,11 @@
   and a line of skip links ("Skip to main content", "Skip to contentSkip to footer", "Zum Inhalt springen":
   the links that let a keyboard user bypass a page's menus, WCAG 2.4.1), which extractors keep, often as
   the text's first line, where the first-line guard of the line model keeps them; a heading of other
-  articles, sharing or comments ("Related stories", "Artikel teilen"), or a line holding a comment form's
-  notice ("Your email address will not be published") or a call to action ("Subscribe to our newsletter",
-  "Dir hat der Artikel gefallen? Jetzt teilen"), and, from a heading of other articles or a comment
-  form in the text's second half, the rest of the text (teasers, author box, thread);
+  articles, sharing or comments ("Related stories", "Artikel teilen"), a widget's line ("Print",
+  "Loading...", "5 min read"), or a line holding a form's notice ("Your email address will not be
+  published") or a call to action ("Subscribe to our newsletter", "Dir hat der Artikel gefallen? Jetzt
+  teilen"), and, from a heading of other articles, a comment form or an author box in the text's second
+  half, the rest of the text (teasers, author box, thread);
 - link-list lines: a line that only lists links ("http://ffp5727.cn | http://www.ffp5727.cn | ...",
   a link farm's footer; "example.com · example.org · ...") carries no prose, and left in, a page's
   line-level rules judge it by that line (RefinedWeb's line-wise corrections, Penedo et al. 2023,

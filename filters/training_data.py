@@ -246,7 +246,7 @@ def load_wmt_sxs(folder: str, seed: int = 0) -> list[dict]:
     WMT 2023 general task (github.com/google/wmt-mqm-human-evaluation, generalMT2023/<pair>/
     sxs_mqm_generalMT2023_<pair>.3ratingsPerSegment.tsv, extracted from its .tar.gz; news, nine to ten
     systems per pair, GPT-4 among them, and for en-de the human reference refA). Blocks cut as load_mt
-    cuts TED: poor MT (3-8 consecutive segments of one system and document with MQM <= MQM_POOR_SEGMENT),
+    cuts TED: poor MT (3-8 of one system's segments of one document with MQM <= MQM_POOR_SEGMENT, in order),
     the reference's blocks (5-12 segments), and every system's consecutive blocks (label -1). Split
     "external": no scorer is fitted on it."""
     rng = random.Random(seed)
