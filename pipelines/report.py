@@ -22,8 +22,11 @@ import html
 import json
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from apache_beam.io.filesystems import FileSystems
 
@@ -33,7 +36,6 @@ BINS = 40
 EXAMPLES = 3
 EXAMPLE_CHARS = 400
 REACHES_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup", "crosslingual", "write")  # dropped at or after quality
-REACHES_SYNTHETIC = ("synthetic", "exact_dedup", "near_dedup", "crosslingual", "write")
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -55,14 +57,103 @@ def _rows(root: str, folder: str, columns: list[str], max_rows: int) -> list[dic
     return out
 
 
-def _scores(row: dict) -> dict:
-    return dict(row.get("scores") or ())
+def _examples(root: str, stage: str, wanted: set[str], max_rows: int) -> dict[str, list[dict]]:
+    """{reason: the first EXAMPLES rows of OUT/dropped/<stage> dropped for it}, for each of the `wanted`
+    reasons, among the folder's first max_rows rows. The reasons are read first, then only the rows taken (a
+    large run drops hundreds of thousands of documents, their texts with them)."""
+    path = io.join(root, "dropped", stage)
+    if not FileSystems.exists(path):
+        return {}
+    try:
+        dataset = ds.dataset(path, format="parquet")
+    except (FileNotFoundError, OSError, ValueError):
+        return {}
+    columns = [c for c in ("reason", "detail", "url", "warc_file", "warc_offset", "text") if c in dataset.schema.names]
+    if "reason" not in columns:
+        return {}
+    reasons = dataset.to_table(columns=["reason"]).slice(0, max_rows).column("reason")
+    taken = sorted(index for reason in wanted
+                   for index in np.flatnonzero(pc.fill_null(pc.equal(reasons, reason), False).to_numpy(
+                       zero_copy_only=False))[:EXAMPLES].tolist())
+    found: dict[str, list[dict]] = defaultdict(list)
+    for row in dataset.take(taken, columns=columns).to_pylist() if taken else ():
+        found[row["reason"]].append(row)
+    return {r: rows for r, rows in found.items() if rows}
+
+
+@dataclass
+class ScoreRows:
+    """The rows of some output folders, in columns: each row's folder (its index in the list read), stage and
+    reason (None in a folder without them: the final documents), and every entry of their `scores` maps,
+    grouped by key: {key: (rows, values)}, rows ascending, a missing value as NaN. Columns, because a large run
+    has hundreds of thousands of rows with dozens of scores each."""
+
+    folder: np.ndarray
+    stage: np.ndarray
+    reason: np.ndarray
+    entries: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def labelled(self, key: str, labels: np.ndarray, names: list[str], rows: np.ndarray | None = None) -> dict:
+        """{name: the values of `key`} by each row's label (`labels`: an index into `names` per row, -1 for a
+        row left out), the names in the order of their first row, as a scan of the rows would meet them."""
+        found, values = self.entries.get(key, (np.empty(0, np.int64), np.empty(0)))
+        label = labels[found]
+        kept = label >= 0
+        label, values = label[kept], values[kept]
+        present, first = np.unique(label, return_index=True)
+        return {names[code]: values[label == code] for code in present[np.argsort(first)]}
+
+
+def read_scores(root: str, folders: list[str], max_rows: int) -> ScoreRows:
+    """ScoreRows of the first max_rows rows of each of OUT/<folder> (a missing folder has none). Each Parquet
+    chunk's map entries are read through its offsets, its keys dictionary-encoded (a few dozen distinct)."""
+    folder, stage, reason, codes, values, rows, base, names = [], [], [], [], [], [], 0, {}
+    for index, name in enumerate(folders):
+        path = io.join(root, name)
+        if not FileSystems.exists(path):
+            continue
+        try:
+            dataset = ds.dataset(path, format="parquet")
+        except (FileNotFoundError, OSError, ValueError):
+            continue
+        present = [c for c in ("stage", "reason", "scores") if c in dataset.schema.names]
+        table = dataset.to_table(columns=present).slice(0, max_rows)
+        n = table.num_rows
+        folder.append(np.full(n, index))
+        for column, out in (("stage", stage), ("reason", reason)):
+            out.append(table.column(column).to_numpy(zero_copy_only=False) if column in present
+                       else np.full(n, None, dtype=object))
+        row = base  # of the chunk's first row
+        for chunk in table.column("scores").chunks if "scores" in present else ():
+            offsets = chunk.offsets.to_numpy()
+            first, size = int(offsets[0]), int(offsets[-1] - offsets[0])
+            lengths = np.diff(offsets)
+            valid = np.ones(len(chunk), bool) if not chunk.null_count else chunk.is_valid().to_numpy(zero_copy_only=False)
+            kept = np.repeat(valid, lengths)  # a null map's slots, if it has any, hold nothing
+            encoded = pc.dictionary_encode(chunk.keys.slice(first, size))
+            to_global = np.array([names.setdefault(k, len(names)) for k in encoded.dictionary.to_pylist()], np.int64)
+            codes.append(to_global[encoded.indices.to_numpy()][kept] if size else np.empty(0, np.int64))
+            values.append(chunk.items.slice(first, size).to_numpy(zero_copy_only=False).astype(float)[kept])
+            rows.append(row + np.repeat(np.arange(len(chunk)), lengths)[kept])
+            row += len(chunk)
+        base += n
+    entries = {}
+    if codes:
+        codes, rows, values = np.concatenate(codes), np.concatenate(rows), np.concatenate(values)
+        order = np.argsort(codes.astype(np.uint16) if len(names) <= 1 << 16 else codes, kind="stable")  # radix
+        key_of = {code: key for key, code in names.items()}
+        for part in np.split(order, np.flatnonzero(np.diff(codes[order])) + 1) if order.size else ():
+            entries[key_of[int(codes[part[0]])]] = (rows[part], values[part])
+    empty = np.empty(0, dtype=object)
+    return ScoreRows(np.concatenate(folder) if folder else np.empty(0, int), np.concatenate(stage) if stage else empty,
+                     np.concatenate(reason) if reason else empty, entries)
 
 
 # ---------------------------------------------------------------------------------------- histograms
 def histogram(groups: dict[str, list[float]], threshold: float | None = None, log: bool = False) -> dict:
     """Shared bins over every group's values (and the threshold): {"edges", "counts": {group: [...]}}."""
-    values = np.asarray([v for vs in groups.values() for v in vs if v is not None and math.isfinite(v)], float)
+    arrays = {g: np.asarray(vs, float) for g, vs in groups.items()}  # None as NaN: neither bins nor counts hold it
+    values = np.concatenate([a[np.isfinite(a)] for a in arrays.values()]) if arrays else np.empty(0)
     if not values.size:
         return {"edges": [], "counts": {}}
     lo, hi = float(values.min()), float(values.max())
@@ -73,8 +164,7 @@ def histogram(groups: dict[str, list[float]], threshold: float | None = None, lo
         edges = np.geomspace(lo, hi * 1.0001 if hi > lo else lo * 2, BINS + 1)
     else:
         edges = np.linspace(lo, hi if hi > lo else lo + 1, BINS + 1)
-    counts = {g: np.histogram(np.clip(np.asarray([v for v in vs if v is not None], float), edges[0], edges[-1]),
-                              edges)[0].tolist() for g, vs in groups.items() if vs}
+    counts = {g: np.histogram(np.clip(a, edges[0], edges[-1]), edges)[0].tolist() for g, a in arrays.items() if a.size}
     return {"edges": edges.tolist(), "counts": counts}
 
 
@@ -103,12 +193,15 @@ def _bar_figure(title: str, labels: list, series: dict[str, list], horizontal: b
 
 
 # ------------------------------------------------------------------------------------------- collect
-def _quality_figures(rows: list[dict], cfg: dict) -> list[dict]:
-    """Every quality rule's value over `rows` (the documents that reached the quality stage: its drops,
+def _quality_figures(scores: ScoreRows, cfg: dict) -> list[dict]:
+    """Every quality rule's value over `scores` (the documents that reached the quality stage: its drops,
     later stages' drops, the final documents with stage None), with its threshold."""
     from filters.quality import RULES
 
-    scores = [(r["reason"] if r["stage"] == "quality" else None, _scores(r)) for r in rows]
+    reasons = sorted({r for r in scores.reason[scores.stage == "quality"] if r is not None})
+    code = {r: i for i, r in enumerate(reasons)}
+    dropped_for = np.array([code[r] if st == "quality" and r is not None else -1
+                            for st, r in zip(scores.stage, scores.reason)], dtype=np.int64)
     figures, section = [], cfg.get("quality") or {}
     for rule in RULES:
         entries = sorted(dict(section.get(rule.field) or ()).items()) if rule.kind == "per_n" else [(None, None)]
@@ -121,12 +214,8 @@ def _quality_figures(rows: list[dict], cfg: dict) -> list[dict]:
                 threshold = rule.fixed if section.get(rule.field, rule.default) else None
             else:
                 threshold = section.get(rule.field, rule.default)
-            groups = defaultdict(list)
-            for dropped_for, values in scores:
-                if key in values:
-                    label = ("passed quality" if dropped_for is None else
-                             f"dropped: {reason}" if dropped_for == reason else "dropped: another quality rule")
-                    groups[label].append(values[key])
+            labels = np.where(dropped_for < 0, 0, np.where(dropped_for == code.get(reason, -2), 1, 2))
+            groups = scores.labelled(key, labels, ["passed quality", f"dropped: {reason}", "dropped: another quality rule"])
             if groups:
                 title = f"quality · {key}" + ("" if threshold is not None else " (rule off)")
                 figures.append(_hist_figure(title, histogram(groups, threshold), threshold, f"(fails if {rule.fails})"))
@@ -162,11 +251,10 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
             figures["drops"].append(_bar_figure(f"{s['stage']}: drop reasons", reasons,
                                                 {"dropped": [s["dropped"][r] for r in reasons]},
                                                 horizontal=True, height=60 + 22 * len(reasons)))
-    text = _rows(root, "docs/text", ["lang", "lang_score", "scores"], max_rows)
-    final = [{"stage": None, "reason": None, "scores": r["scores"]} for r in text]
-    later = {stage: _rows(root, f"dropped/{stage}", ["stage", "reason", "scores"], max_rows)
-             for stage in REACHES_QUALITY}  # read once: the quality and the synthetic plots share them
-    figures["quality"] = _quality_figures([r for stage in REACHES_QUALITY for r in later[stage]] + final, cfg)
+    text = _rows(root, "docs/text", ["lang", "lang_score"], max_rows)
+    # read once: the quality, synthetic and length plots share them; the final documents last, stage None
+    reached = read_scores(root, [f"dropped/{stage}" for stage in REACHES_QUALITY] + ["docs/text"], max_rows)
+    figures["quality"] = _quality_figures(reached, cfg)
     lang_drops = _rows(root, "dropped/language", ["detail"], max_rows)
     by_lang = defaultdict(lambda: defaultdict(list))
     for r in text:
@@ -187,30 +275,29 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
     if top:
         figures["language"].insert(0, _bar_figure("final text documents per language", [k for k, _ in top],
                                                   {"documents": [v for _, v in top]}))
-    lengths = {"final documents": [_scores(r).get("text_chars") for r in text]}
-    if any(v for v in lengths["final documents"]):
+    final = len(REACHES_QUALITY)  # the folder index of docs/text
+    lengths = reached.labelled("text_chars", np.where(reached.folder == final, 0, -1), ["final documents"])
+    if any(v for vs in lengths.values() for v in vs):
         figures["lengths"].append(_hist_figure("text characters per final document (log)",
                                                histogram(lengths, log=True), log=True))
 
     thresholds = _synthetic_thresholds(cfg)
-    synth = [r for stage in REACHES_SYNTHETIC for r in later[stage]] + final
+    # the documents that reached the synthetic stage: all but the quality stage's drops
+    synthetic = reached.stage == "synthetic"
+    names = ["passed synthetic", *(f"dropped: {r}" for r in sorted({str(r) for r in reached.reason[synthetic]}))]
+    code = {name: i for i, name in enumerate(names)}
+    quality = REACHES_QUALITY.index("quality")
+    labels = np.array([-1 if folder == quality else code[f"dropped: {r}"] if dropped else 0
+                       for folder, dropped, r in zip(reached.folder, synthetic, reached.reason)], dtype=np.int64)
     for key in ("llm_generated", "poor_mt"):
-        groups = defaultdict(list)
-        for r in synth:
-            value = _scores(r).get(key)
-            if value is not None:
-                dropped = r["stage"] == "synthetic"
-                groups[f"dropped: {r['reason']}" if dropped else "passed synthetic"].append(value)
+        groups = reached.labelled(key, labels, names)
         if groups:
             figures["synthetic"].append(_hist_figure(f"synthetic · {key}", histogram(groups, thresholds.get(key)),
                                                      thresholds.get(key), "(fails if >=)"))
 
     vlm_min = (cfg.get("interleaved_vlm") or {}).get("min_score")
-    vlm = defaultdict(list)
-    for folder, label in (("docs/interleaved", "kept"), ("dropped/interleaved_vlm", "dropped: vlm_low_score")):
-        for r in _rows(root, folder, ["scores"], max_rows):
-            if "vlm" in _scores(r):
-                vlm[label].append(_scores(r)["vlm"])
+    rated = read_scores(root, ["docs/interleaved", "dropped/interleaved_vlm"], max_rows)
+    vlm = rated.labelled("vlm", rated.folder, ["kept", "dropped: vlm_low_score"])
     if vlm:
         figures["vlm"].append(_hist_figure("VLM rating (1-5)", histogram(vlm, vlm_min), vlm_min, "(fails if <)"))
 
@@ -241,16 +328,11 @@ def collect(root: str, cfg: dict, max_rows: int = 100_000, summary: dict | None 
         figures["packing"].append(_bar_figure("tokens per phase by modality", labels, {
             m: [phases[p]["tokens_by_modality"][m] for p in labels] for m in ("text", "pair", "interleaved")}))
 
-    examples = defaultdict(list)
+    examples = {}
     for s in stages:
-        if not s["dropped"]:
-            continue
-        wanted = set(s["dropped"])
-        for r in _rows(root, f"dropped/{s['stage']}", ["reason", "detail", "url", "warc_file", "warc_offset", "text"],
-                       max_rows):
-            key = (s["stage"], r["reason"])
-            if r["reason"] in wanted and len(examples[key]) < EXAMPLES:
-                examples[key].append(r)
+        if s["dropped"]:
+            for reason, found in _examples(root, s["stage"], set(s["dropped"]), max_rows).items():
+                examples[(s["stage"], reason)] = found
     image_counters = [[s["stage"], key, value] for s in stages for key, value in sorted(s.get("extra", {}).items())
                       if key.startswith("images/")]
     image_counters += [[s["stage"], f"dropped/{reason}", n] for s in stages for reason, n in sorted(s["dropped"].items())
