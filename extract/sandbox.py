@@ -173,6 +173,47 @@ WHOLE_PAGE_MAX_SHARE = 0.1
 PAGE_LANDMARKS = ["nav", "header", "footer", "aside", "[role=navigation]", "[role=banner]", "[role=contentinfo]"]
 
 
+# Page chrome after the article. Resiliparse's main-content mode sometimes keeps, in the second half of what it
+# returns, lines of the page's chrome around the article: a site footer's lines ("Stay up-to-date on our
+# work.", a copyright, its links), a form's (a newsletter sign-up, a comment form's notices), an author box.
+# Such a line's text stands in a footer, form or aside element, or in an element whose class or id names a
+# footer or an author (CHROME_SELECTOR; trafilatura's discard lists name the same parts). A line of the text's
+# second half (CHROME_TAIL) of at least CHROME_MIN_CHARS characters whose text, whitespace collapsed, occurs in
+# such an element's text goes. An element whose text is longer than CHROME_MAX_SHARE of the main content is
+# not chrome but a wrapper around the article (class="page-with-footer", "has-author"): it is passed over, and
+# the matching elements inside it are not. The first CHROME_MAX_ELEMENTS matching elements are read (99% of
+# the development pages have fewer), and the last CHROME_MAX_LINES lines compared, each against at most
+# CHROME_MAX_SHARE x CHROME_MAX_ELEMENTS of the content's length: linear in the page.
+# The selector and the thresholds were chosen on the development pages of three benchmarks (scrapinghub,
+# WCXB's development split, half 0 of trafilatura's snippet benchmark), a part kept only where it lost
+# nothing on any of them; its cost and figures: docs/design.md, "Main-content extraction".
+CHROME_SELECTOR = 'footer, form, aside, [class*="footer" i], [id*="footer" i], [class*="author" i], [id*="author" i]'
+CHROME_TAIL = 0.5
+CHROME_MIN_CHARS = 4
+CHROME_MAX_SHARE = 0.5
+CHROME_MAX_ELEMENTS = 256
+CHROME_MAX_LINES = 200
+
+
+def without_chrome_lines(text: str, tree) -> str:
+    """`text` (extracted from `tree`) without the page-chrome lines of its second half (CHROME_*)."""
+    if not text:
+        return text
+    limit = CHROME_MAX_SHARE * len(text)
+    chrome = [collapsed for element in tree.document.query_selector_all(CHROME_SELECTOR).values()[:CHROME_MAX_ELEMENTS]
+              if len(collapsed := " ".join(element.text.split())) <= limit]
+    if not chrome:
+        return text
+    found = "\n".join(chrome)
+    start = text.find("\n", math.ceil(CHROME_TAIL * len(text)) - 1) + 1  # the first line starting in the 2nd half
+    if start == 0:
+        return text
+    lines = text[start:].split("\n")
+    kept = lines[:-CHROME_MAX_LINES] + [line for line in lines[-CHROME_MAX_LINES:] if not (
+        len(collapsed := " ".join(line.split())) >= CHROME_MIN_CHARS and collapsed in found)]
+    return text[:start - 1] + "".join("\n" + line for line in kept) if len(kept) < len(lines) else text
+
+
 def prose_chars(text: str) -> int:
     """The characters of `text` in lines that end a sentence (filters/line_end.py, the quality rules'
     line-end rule)."""
@@ -181,8 +222,9 @@ def prose_chars(text: str) -> int:
 
 def resiliparse_text(html: str) -> tuple[str, bool]:
     """(the main content, or the whole page's text where the main content missed the body
-    (WHOLE_PAGE_*; without PAGE_LANDMARKS unless they hold all of it), all from one parse; whether it is
-    the whole page's). A str holding lone surrogates raises UnicodeEncodeError."""
+    (WHOLE_PAGE_*; without PAGE_LANDMARKS unless they hold all of it), without the chrome lines of its
+    second half (CHROME_*), all from one parse; whether it is the whole page's). A str holding lone
+    surrogates raises UnicodeEncodeError."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
@@ -191,12 +233,12 @@ def resiliparse_text(html: str) -> tuple[str, bool]:
     tree = HTMLTree.parse(html)
     main = extract_plain_text(tree, main_content=True, **RESILIPARSE_TEXT_OPTIONS)
     if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
-        return main, False
+        return without_chrome_lines(main, tree), False
     whole = extract_plain_text(tree, main_content=False, **RESILIPARSE_TEXT_OPTIONS)
     if len(main) >= WHOLE_PAGE_MAX_SHARE * len(whole):
-        return main, False
+        return without_chrome_lines(main, tree), False
     body = extract_plain_text(tree, main_content=False, skip_elements=PAGE_LANDMARKS, **RESILIPARSE_TEXT_OPTIONS)
-    return (body if body.strip() else whole), True
+    return without_chrome_lines(body if body.strip() else whole, tree), True
 
 
 def run_engine(html: str, engine: str) -> str:

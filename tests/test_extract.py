@@ -107,7 +107,8 @@ def test_a_real_pages_byline_and_post_date_go_and_every_article_paragraph_stays(
     mode keeps a post's meta block by default, here the byline and a second copy of the
     "Published ..." line, and that copy alone (0.018 of the characters) fails FineWeb's duplicate-line
     rule (0.01). The default engine leaves the meta block out (post_meta=False): byline and copy go,
-    all 13 annotated paragraphs stay, the rules pass."""
+    all 13 annotated paragraphs stay, the rules pass. The first "Published ..." line, at the article's
+    foot in a `footer-publish-date` block, goes as page chrome (extract/sandbox.py CHROME_SELECTOR)."""
     import gzip
     import json
     import pathlib
@@ -138,7 +139,7 @@ def test_a_real_pages_byline_and_post_date_go_and_every_article_paragraph_stays(
     assert lines(with_meta)[byline] == 1 and lines(with_meta)[published] == 2
     assert failed_rules(with_meta) == ["fineweb_dup_line_chars"]
     text = extract_main_text(html)
-    assert lines(text)[byline] == 0 and lines(text)[published] == 1
+    assert lines(text)[byline] == 0 and lines(text)[published] == 0
     body = [" ".join(p.split()) for p in truth.split("\n") if p.strip()]
     assert len(body) == 13 and all(p in lines(text) for p in body)
     assert failed_rules(text) == []
@@ -195,9 +196,11 @@ def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_text_witho
     template, a lobste.rs thread): resiliparse's main-content mode returns a header of under 110
     characters and no prose, under a tenth of the page's text, so the engine takes the whole page's
     text without its navigation, banner, footer and aside landmarks (the thread's menus and site footer;
-    the article has none), which the line steps with the boilerplate model judge as any page's: over
-    0.9 token F1 against the annotated main content."""
+    the article has none) and the chrome lines of its second half (the article's copyright line), which
+    the line steps with the boilerplate model judge as any page's: over 0.9 token F1 against the annotated
+    main content."""
     from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
 
     from extract import sandbox
     from filters.clean import clean_for_rules
@@ -209,9 +212,10 @@ def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_text_witho
     assert len(main) < sandbox.WHOLE_PAGE_MAX_MAIN_CHARS and sandbox.prose_chars(main) == 0
     assert len(main) < sandbox.WHOLE_PAGE_MAX_SHARE * len(whole) and _token_f1(main, truth) < 0.05
     text = extract_main_text(html)
-    assert text == extract_plain_text(html, main_content=False, skip_elements=sandbox.PAGE_LANDMARKS,
-                                      **sandbox.RESILIPARSE_TEXT_OPTIONS)
-    assert sandbox.resiliparse_text(html)[1] and (text != whole) == (page_id == "0575")
+    body = extract_plain_text(html, main_content=False, skip_elements=sandbox.PAGE_LANDMARKS,
+                              **sandbox.RESILIPARSE_TEXT_OPTIONS)
+    assert text == sandbox.without_chrome_lines(body, HTMLTree.parse(html))
+    assert sandbox.resiliparse_text(html)[1] and (body != whole) == (page_id == "0575")
     config = QualityConfig()
     judged = clean_for_rules(text, config.c4_line_filter, config.link_list_lines, config.boilerplate_model,
                              config.rendering_max_copies, config.label_lines)[0]
@@ -233,3 +237,60 @@ def test_a_short_article_amid_a_large_template_keeps_its_main_content():
             + "".join(f"<p>{p}</p>" for p in story) + f"</article></main><footer><ul>{menu}</ul></footer></body></html>")
     text = extract_main_text(html)
     assert len(text) < 1000 and all(p in text for p in story) and "Section number" not in text
+
+
+def test_chrome_lines_go_from_the_second_half_only_and_a_wrapper_is_not_chrome():
+    """A line of the text's second half that stands in a footer, form or aside, or in an element whose
+    class or id names a footer or an author, goes; the same words in the first half stay, and so do lines
+    under CHROME_MIN_CHARS. An element holding the article itself (class="page-with-footer", more text
+    than CHROME_MAX_SHARE of it) is not chrome, while the footer inside it is."""
+    from resiliparse.parse.html import HTMLTree
+
+    from extract import sandbox
+
+    paragraphs = [f"Paragraph {i} of the story says something long enough to be a sentence of prose." for i in range(6)]
+    html = ("<html><body><div class='page-with-footer'><article><p>Stay up-to-date on our work.</p>"
+            + "".join(f"<p>{p}</p>" for p in paragraphs)
+            + "<p>Stay up-to-date on our work.</p><p>OK</p><div class='author-box'>Jane Doe writes about towns.</div>"
+            "</article><form>Sign up for our newsletter</form><div id='site-footer'>Stay up-to-date on our work. "
+            "OK <a>Privacy</a></div></div></body></html>")
+    text = "\n".join(["Stay up-to-date on our work.", *paragraphs, "Stay up-to-date on our work.", "OK",
+                      "Jane Doe writes about towns.", "Sign up for our newsletter"])
+    kept = sandbox.without_chrome_lines(text, HTMLTree.parse(html)).split("\n")
+    assert kept == ["Stay up-to-date on our work.", *paragraphs, "OK"]
+
+
+def test_chrome_lines_stay_linear_on_nested_chrome():
+    """Thousands of nested footer elements and long texts: only the first CHROME_MAX_ELEMENTS of them are
+    read, and only the last CHROME_MAX_LINES lines compared."""
+    import time
+
+    from resiliparse.parse.html import HTMLTree
+
+    from extract import sandbox
+
+    depth = 3000
+    html = ("<html><body><article>" + "<p>A line of the article that ends here.</p>" * 20000
+            + "<div class='footer'>" * depth + "Imprint and contact" + "</div>" * depth + "</article></body></html>")
+    text = "\n".join(["A line of the article that ends here."] * 20000 + ["Imprint and contact"])
+    tree = HTMLTree.parse(html)
+    started = time.perf_counter()
+    kept = sandbox.without_chrome_lines(text, tree)
+    assert time.perf_counter() - started < 5
+    assert kept.split("\n")[-1] != "Imprint and contact" and kept.count("\n") == 19999
+
+
+def test_chrome_lines_stay_linear_when_every_chrome_element_is_a_wrapper():
+    """Nested footer elements each holding more than CHROME_MAX_SHARE of a short text: none is taken, and
+    at most CHROME_MAX_ELEMENTS texts are read."""
+    import time
+
+    from resiliparse.parse.html import HTMLTree
+
+    from extract import sandbox
+
+    depth = 5000
+    html = "<html><body>" + "<div class='footer'>" * depth + "word " * 20000 + "</div>" * depth + "</body></html>"
+    started = time.perf_counter()
+    assert sandbox.without_chrome_lines("a short text\nof two lines", HTMLTree.parse(html)) == "a short text\nof two lines"
+    assert time.perf_counter() - started < 5
