@@ -117,6 +117,8 @@ def read_scores(root: str, folders: list[str], max_rows: int) -> ScoreRows:
         except (FileNotFoundError, OSError, ValueError):
             continue
         present = [c for c in ("stage", "reason", "scores") if c in dataset.schema.names]
+        if not present:  # an empty folder (no file, so no schema) or rows without any of them: nothing to read
+            continue
         table = dataset.to_table(columns=present).slice(0, max_rows)
         n = table.num_rows
         folder.append(np.full(n, index))

@@ -82,3 +82,13 @@ def test_score_rows_hold_every_rows_scores_by_key_as_a_row_by_row_read_does(tmp_
         assert list(groups) == list(dict.fromkeys(seen))
         assert {g: list(v) for g, v in groups.items()} == {
             g: [dict(r["scores"])["a"] for r in rows if r["scores"] is not None and r["reason"] == g] for g in groups}
+
+
+def test_an_empty_folder_has_no_score_rows(tmp_path):
+    """A folder a stage made but wrote no file into: no rows (an Arrow table without columns would claim
+    as many rows as a slice asks for)."""
+    from pipelines.report import read_scores
+
+    (tmp_path / "dropped" / "quality").mkdir(parents=True)
+    scores = read_scores(str(tmp_path), ["dropped/quality"], 10)
+    assert len(scores.folder) == len(scores.stage) == len(scores.reason) == 0 and scores.entries == {}
