@@ -14,7 +14,9 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the template-line step's line normalisation (filters/template_lines.py `normalised_lines` vs
   normalised_lines_python);
 - exact and near-duplicate dedup's word runs (dedup/exact.py `word_runs` vs word_runs_python, on the
-  casefolded text, as `normalize_for_hash` gives it them).
+  casefolded text, as `normalize_for_hash` gives it them);
+- the synthetic-text stage's style counts (filters/synthetic.py `style_counts` vs style_counts_python, on
+  the prose sample the stage takes and its lower-cased form, as `style_features` gives them).
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
 """
 
@@ -77,12 +79,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from dedup import exact
-    from filters import quality, template_lines
+    from filters import quality, synthetic, template_lines
     from filters._ngrams import ngram_coverage
     from filters._words import text_counts, tokenize, word_stats
 
     texts = page_texts(args.warc)
     docs = [quality.tokenize_python(t) for t in texts]
+    samples = [synthetic.prose_sample(t) for t in texts]
+    lowered_samples = [(s.lower().replace("\u2019", "'"), s) for s in samples]
     stop = quality.QualityFilter(quality.QualityConfig())._stop_words["en"]
     classes = quality.char_classes()
     paths = {
@@ -96,6 +100,8 @@ def main() -> None:
         "normalised_lines": compare(template_lines.normalised_lines, template_lines.normalised_lines_python, texts,
                                     (), args.repeat),
         "word_runs": compare(exact.word_runs, exact.word_runs_python, [t.casefold() for t in texts], (), args.repeat),
+        "style_counts": compare(lambda pair: synthetic.style_counts(*pair),
+                                lambda pair: synthetic.style_counts_python(*pair), lowered_samples, (), args.repeat),
     }
     result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)), **paths}
     print(json.dumps(result, indent=2))

@@ -34,7 +34,15 @@
 
    word_runs(text) -> the maximal runs of alphanumeric characters (Py_UNICODE_ISALNUM: the regex \w
    without '_') of text joined by one space, the oracle being dedup/exact.py `word_runs_python`
-   (`[\W_]+` replaced by a space, stripped). */
+   (`[\W_]+` replaced by a space, stripped).
+
+   style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions,
+   first-person words, capitals), the counts filters/synthetic.py `style_features` takes, the oracle being
+   `style_counts_python`: the words are `[a-z']+|\d+` of the lower-cased sample (\d: Py_UNICODE_ISDECIMAL,
+   as the regex), each counted where it is in the set `style_words`, starts with a digit, has 9 characters
+   or more, holds an apostrophe and ends a contraction (n't 's 're 've 'll 'd 'm), or is i, me, my, i'm or
+   i've; capitals are the sample's A-Z not preceded by a letter A-Z, a-z or an apostrophe
+   (`(?<![A-Za-z'])[A-Z]`). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -287,6 +295,77 @@ static PyObject *word_runs(PyObject *self, PyObject *args) {
     return joined;
 }
 
+static inline int is_word_char(Py_UCS4 c) { return (c >= 'a' && c <= 'z') || c == '\''; }
+
+/* Whether the code points [start, end) of the text spell the ASCII string `s`. */
+static int spells(int kind, const void *data, Py_ssize_t start, Py_ssize_t end, const char *s) {
+    Py_ssize_t len = (Py_ssize_t)strlen(s);
+    if (end - start != len) return 0;
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (PyUnicode_READ(kind, data, start + k) != (Py_UCS4)(unsigned char)s[k]) return 0;
+    return 1;
+}
+
+static int ends_contraction(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    static const char *suffixes[] = {"n't", "'s", "'re", "'ve", "'ll", "'d", "'m"};
+    for (size_t k = 0; k < sizeof suffixes / sizeof *suffixes; k++) {
+        Py_ssize_t len = (Py_ssize_t)strlen(suffixes[k]);
+        if (end - start >= len && spells(kind, data, end - len, end, suffixes[k])) return 1;
+    }
+    return 0;
+}
+
+static PyObject *style_counts(PyObject *self, PyObject *args) {
+    PyObject *lowered, *sample, *style_words;
+    if (!PyArg_ParseTuple(args, "UUO!", &lowered, &sample, &PyFrozenSet_Type, &style_words)) return NULL;
+    int kind = PyUnicode_KIND(lowered);
+    const void *data = PyUnicode_DATA(lowered);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(lowered);
+    long words = 0, style = 0, digits = 0, long_words = 0, contractions = 0, first_person = 0, capitals = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        Py_ssize_t j = i + 1;
+        int letters = is_word_char(c);
+        if (letters) {
+            while (j < n && is_word_char(PyUnicode_READ(kind, data, j))) j++;
+        } else if (Py_UNICODE_ISDECIMAL(c)) {
+            while (j < n && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, j))) j++;
+            digits++;
+        } else {
+            i++;
+            continue;
+        }
+        words++;
+        if (j - i >= 9) long_words++;
+        PyObject *word = PyUnicode_Substring(lowered, i, j);
+        if (!word) return NULL;
+        int found = PySet_Contains(style_words, word);
+        Py_DECREF(word);
+        if (found < 0) return NULL;
+        style += found;
+        if (letters) {
+            int apostrophe = 0;
+            for (Py_ssize_t k = i; k < j && !apostrophe; k++) apostrophe = PyUnicode_READ(kind, data, k) == '\'';
+            if (apostrophe && ends_contraction(kind, data, i, j)) contractions++;
+            if (spells(kind, data, i, j, "i") || spells(kind, data, i, j, "me") || spells(kind, data, i, j, "my") ||
+                spells(kind, data, i, j, "i'm") || spells(kind, data, i, j, "i've"))
+                first_person++;
+        }
+        i = j;
+    }
+    kind = PyUnicode_KIND(sample);
+    data = PyUnicode_DATA(sample);
+    n = PyUnicode_GET_LENGTH(sample);
+    Py_UCS4 previous = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int letter_before = (previous >= 'A' && previous <= 'Z') || (previous >= 'a' && previous <= 'z') || previous == '\'';
+        if (c >= 'A' && c <= 'Z' && !(i > 0 && letter_before)) capitals++;
+        previous = c;
+    }
+    return Py_BuildValue("(lllllll)", words, style, digits, long_words, contractions, first_person, capitals);
+}
+
 static PyMethodDef methods[] = {
     {"tokenize", tokenize, METH_VARARGS, "tokenize(text, classes) -> the quality rules' words of text"},
     {"word_stats", word_stats, METH_VARARGS,
@@ -297,6 +376,9 @@ static PyMethodDef methods[] = {
     {"normalised_lines", normalised_lines, METH_VARARGS,
      "normalised_lines(folded) -> each line of a casefolded text, stripped, whitespace runs as one space, digits as 0"},
     {"word_runs", word_runs, METH_VARARGS, "word_runs(text) -> the runs of alphanumeric characters joined by one space"},
+    {"style_counts", style_counts, METH_VARARGS,
+     "style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions, "
+     "first-person words, capitals) of an English prose sample"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_words", NULL, -1, methods};

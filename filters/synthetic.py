@@ -168,13 +168,12 @@ def _opens_with_connective(sentence: str) -> bool:
     return one in OPENERS or (len(head) > 1 and f"{one} {head[1].rstrip(',;:').lower()}" in OPENERS)
 
 
-def style_features(sample: str) -> list[float]:
-    """English style profile of a prose sample (see STYLE_NAMES): chat models write in the excess
-    vocabulary, open sentences with connectives, vary sentence length less (low burstiness) and name
-    fewer specifics (digits, proper nouns, quotes) than people do. One pass of regex/str.count over
-    the <= MAX_CHARS sample; counts per word are taken over distinct words."""
-    counts = Counter(_EN_WORD.findall(sample.lower().replace("\u2019", "'")))
-    n = max(sum(counts.values()), 1)
+def style_counts_python(lowered: str, sample: str) -> tuple[int, int, int, int, int, int, int]:
+    """(words, style words, digit words, long words, contractions, first-person words, capitals) of a prose
+    sample and its lower-cased form, what `style_features` counts: the words `_EN_WORD` finds (counted over
+    distinct words), the capitals `_CAPITALIZED` finds. The oracle of filters/_words.c `style_counts`, which
+    `style_counts` is where it was built."""
+    counts = Counter(_EN_WORD.findall(lowered))
     style = digits = long_words = contractions = 0
     for w, c in counts.items():
         if w in STYLE_WORDS:
@@ -185,6 +184,28 @@ def style_features(sample: str) -> list[float]:
             long_words += c
         if "'" in w and w.endswith(_CONTRACTIONS):
             contractions += c
+    return (sum(counts.values()), style, digits, long_words, contractions, sum(counts[w] for w in FIRST_PERSON),
+            len(_CAPITALIZED.findall(sample)))
+
+
+try:
+    from filters import _words  # built by `pip install` (setup.py) where a C compiler is
+
+    def style_counts(lowered: str, sample: str) -> tuple[int, int, int, int, int, int, int]:
+        """See `style_counts_python`."""
+        return _words.style_counts(lowered, sample, STYLE_WORDS)
+except ImportError:
+    style_counts = style_counts_python
+
+
+def style_features(sample: str) -> list[float]:
+    """English style profile of a prose sample (see STYLE_NAMES): chat models write in the excess
+    vocabulary, open sentences with connectives, vary sentence length less (low burstiness) and name
+    fewer specifics (digits, proper nouns, quotes) than people do. One pass over the <= MAX_CHARS sample
+    for the word counts (`style_counts`), regex and str.count for the rest."""
+    words, style, digits, long_words, contractions, first_person, capitals = style_counts(
+        sample.lower().replace("\u2019", "'"), sample)
+    n = max(words, 1)
     sents = [x for x in _SENT_END.split(sample) if x.strip()]
     lens = [len(x.split()) for x in sents] or [n]
     mean = sum(lens) / len(lens)
@@ -196,9 +217,9 @@ def style_features(sample: str) -> list[float]:
         sd / max(mean, 1.0),
         math.log1p(mean),
         100 * contractions / n,
-        100 * sum(counts[w] for w in FIRST_PERSON) / n,
+        100 * first_person / n,
         100 * digits / n,
-        len(_CAPITALIZED.findall(sample)) / n,
+        capitals / n,
         long_words / n,
         (sample.count("!") + sample.count("?")) / per_sentence,
         100 * (sample.count(";") + sample.count(":")) / n,

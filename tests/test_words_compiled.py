@@ -1,7 +1,8 @@
-"""The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation and
-exact dedup's word runs (filters/_words.c) against their Python oracles (filters/quality.py tokenize_python,
-word_stats_python, text_counts_python; filters/template_lines.py normalised_lines_python; dedup/exact.py
-word_runs_python): the same words, counts, lines and runs on
+"""The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation,
+exact dedup's word runs and the style features' counts (filters/_words.c) against their Python oracles
+(filters/quality.py tokenize_python, word_stats_python, text_counts_python; filters/template_lines.py
+normalised_lines_python; dedup/exact.py word_runs_python; filters/synthetic.py style_counts_python): the
+same words, counts, lines and runs on
 every code point, on random texts mixing scripts, marks, digits, separators and whitespace, and on real
 pages' text in several languages. Also the ellipsis count's regex against its plain form."""
 
@@ -14,8 +15,9 @@ import pytest
 
 from dedup import exact
 from dedup.exact import word_runs_python
-from filters import quality, template_lines
+from filters import quality, synthetic, template_lines
 from filters.quality import char_classes, text_counts_python, tokenize_python, word_stats_python
+from filters.synthetic import STYLE_WORDS, style_counts_python
 from filters.template_lines import normalised_lines_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,14 @@ def normalised_lines(text: str) -> list[str]:
     return compiled().normalised_lines(text.casefold())
 
 
+def same_style_counts(text: str) -> bool:
+    """The compiled style counts are the oracle's, for the text as style_features lowers it and as it is."""
+    for lowered in (text.lower().replace("\u2019", "'"), text):
+        if compiled().style_counts(lowered, text, STYLE_WORDS) != style_counts_python(lowered, text):
+            return False
+    return True
+
+
 def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
     words = compiled()
     assert quality.tokenize("don't 6,680.69 字字") == ["don't", "6,680.69", "字", "字"]
@@ -63,6 +73,10 @@ def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
     assert template_lines.normalised_lines(" Page 3\tOF 12 \n\nStraße ٣") == ["page 0 of 00", "", "strasse 0"]
     assert exact.word_runs is not word_runs_python
     assert exact.normalize_for_hash(" Ｈello,_WORLD!! ß-٣ ") == "hello world ss ٣"
+    assert synthetic.style_counts is not style_counts_python
+    sample = "I've noted, crucially, that IBM's 2024 report doesn't delve into it: My view isn't O'Brien's."
+    lowered = sample.lower()
+    assert synthetic.style_counts(lowered, sample) == style_counts_python(lowered, sample) == (15, 2, 1, 2, 5, 2, 4)
 
 
 def test_every_code_point_between_letters_digits_and_alone():
@@ -81,10 +95,12 @@ def test_every_code_point_gives_the_oracle_s_counts_and_lines():
             assert text_counts(text) == text_counts_python(text), hex(ord(chunk[0]))
             assert normalised_lines(text) == normalised_lines_python(text), hex(ord(chunk[0]))
             assert compiled().word_runs(text) == word_runs_python(text), hex(ord(chunk[0]))
+            assert same_style_counts(text), hex(ord(chunk[0]))
         for c in chunk:  # each alone: a symbol token, or a digit, a wide character, whitespace, a line break
             assert text_counts(c) == text_counts_python(c), hex(ord(c))
             assert normalised_lines(c) == normalised_lines_python(c), hex(ord(c))
             assert compiled().word_runs(c) == word_runs_python(c), hex(ord(c))
+            assert same_style_counts(c), hex(ord(c))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -100,6 +116,10 @@ def test_random_texts_give_the_oracle_s_words_and_counts(seed):
         assert text_counts(text) == text_counts_python(text), (seed, n, text[:200])
         assert normalised_lines(text) == normalised_lines_python(text), (seed, n, text[:200])
         assert compiled().word_runs(text) == word_runs_python(text), (seed, n, text[:200])
+        assert same_style_counts(text), (seed, n, text[:200])
+        words_of = " ".join(rng.choice(sorted(STYLE_WORDS) + ["i", "I'm", "me", "MY", "don't", "o'", "'s", "x'd", "'"])
+                            for _ in range(n // 4))  # the sets' words and the contractions, with the pool between
+        assert same_style_counts(words_of + text[: n // 2]), (seed, n)
         # the ellipsis count's regex, with its lookahead for speed, finds what the plain one finds
         assert quality._ELLIPSIS_RE.findall(text) == re.findall(r"\.{3,}|[…⋯]+", text)
 
@@ -131,6 +151,7 @@ def test_real_pages_give_the_oracle_s_words_and_counts():
         assert text_counts(text) == text_counts_python(text)
         assert normalised_lines(text) == normalised_lines_python(text)
         assert compiled().word_runs(text) == word_runs_python(text)
+        assert same_style_counts(text)
         for lang in ("en", "de", "ru", "zh"):
             stop = STOP.get(lang)
             assert compiled().word_stats(words, stop, char_classes()) == word_stats_python(words, stop)
@@ -158,3 +179,8 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(TypeError):
         words.word_runs(b"bytes")
     assert words.word_runs("") == words.word_runs(" _-_ ") == ""
+    with pytest.raises(TypeError):
+        words.style_counts("text", "text", set(STYLE_WORDS))
+    with pytest.raises(TypeError):
+        words.style_counts(b"bytes", "text", STYLE_WORDS)
+    assert words.style_counts("", "", STYLE_WORDS) == (0, 0, 0, 0, 0, 0, 0)
