@@ -177,9 +177,8 @@ PAGE_LANDMARKS = ["nav", "header", "footer", "aside", "[role=navigation]", "[rol
 # returns, lines of the page's chrome around the article: a site footer's lines ("Stay up-to-date on our
 # work.", a copyright, its links), a form's (a newsletter sign-up, a comment form's notices), an author box.
 # Such a line's text stands in a footer, form or aside element, or in an element whose class or id names a
-# footer or an author (CHROME_SELECTOR; trafilatura's discard lists name the same parts). A line of the text's
-# second half (CHROME_TAIL) of at least CHROME_MIN_CHARS characters whose text, whitespace collapsed, occurs in
-# such an element's text goes. An element whose text is longer than CHROME_MAX_SHARE of the main content is
+# footer or an author (CHROME_SELECTOR). A line of the text's second half (CHROME_TAIL) of at least
+# CHROME_MIN_CHARS characters whose text, whitespace collapsed, occurs in such an element's text goes. An element whose text is longer than CHROME_MAX_SHARE of the main content is
 # not chrome but a wrapper around the article (class="page-with-footer", "has-author"): it is passed over, and
 # the matching elements inside it are not. The first CHROME_MAX_ELEMENTS matching elements are read (99% of
 # the development pages have fewer), and the last CHROME_MAX_LINES lines compared, each against at most
