@@ -360,7 +360,7 @@ static PyObject *style_counts(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         int letter_before = (previous >= 'A' && previous <= 'Z') || (previous >= 'a' && previous <= 'z') || previous == '\'';
-        if (c >= 'A' && c <= 'Z' && !(i > 0 && letter_before)) capitals++;
+        if (c >= 'A' && c <= 'Z' && !letter_before) capitals++;
         previous = c;
     }
     return Py_BuildValue("(lllllll)", words, style, digits, long_words, contractions, first_person, capitals);

@@ -25,7 +25,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from apache_beam.io.filesystems import FileSystems
@@ -39,19 +38,26 @@ REACHES_QUALITY = ("quality", "synthetic", "exact_dedup", "near_dedup", "crossli
 
 
 # ------------------------------------------------------------------------------------------- reading
-def _rows(root: str, folder: str, columns: list[str], max_rows: int) -> list[dict]:
-    """Up to max_rows rows of the Parquet files under OUT/folder (only `columns` that exist)."""
+def _dataset(root: str, folder: str) -> ds.Dataset | None:
+    """The Parquet files under OUT/folder as one dataset, or None where there is none to read."""
     path = io.join(root, folder)
     if not FileSystems.exists(path):
-        return []
+        return None
     try:
-        dataset = ds.dataset(path, format="parquet")
+        return ds.dataset(path, format="parquet")
     except (FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def _rows(root: str, folder: str, columns: list[str], max_rows: int) -> list[dict]:
+    """Up to max_rows rows of the Parquet files under OUT/folder (only `columns` that exist)."""
+    dataset = _dataset(root, folder)
+    if dataset is None:
         return []
     names = [c for c in columns if c in dataset.schema.names]
     out: list[dict] = []
     for batch in dataset.to_batches(columns=names):
-        out += batch.to_pylist()[:max_rows - len(out)]
+        out += batch.slice(0, max_rows - len(out)).to_pylist()
         if len(out) >= max_rows:
             break
     return out
@@ -61,12 +67,8 @@ def _examples(root: str, stage: str, wanted: set[str], max_rows: int) -> dict[st
     """{reason: the first EXAMPLES rows of OUT/dropped/<stage> dropped for it}, for each of the `wanted`
     reasons, among the folder's first max_rows rows. The reasons are read first, then only the rows taken (a
     large run drops hundreds of thousands of documents, their texts with them)."""
-    path = io.join(root, "dropped", stage)
-    if not FileSystems.exists(path):
-        return {}
-    try:
-        dataset = ds.dataset(path, format="parquet")
-    except (FileNotFoundError, OSError, ValueError):
+    dataset = _dataset(root, f"dropped/{stage}")
+    if dataset is None:
         return {}
     columns = [c for c in ("reason", "detail", "url", "warc_file", "warc_offset", "text") if c in dataset.schema.names]
     if "reason" not in columns:
@@ -78,7 +80,7 @@ def _examples(root: str, stage: str, wanted: set[str], max_rows: int) -> dict[st
     found: dict[str, list[dict]] = defaultdict(list)
     for row in dataset.take(taken, columns=columns).to_pylist() if taken else ():
         found[row["reason"]].append(row)
-    return {r: rows for r, rows in found.items() if rows}
+    return dict(found)
 
 
 @dataclass
@@ -93,7 +95,7 @@ class ScoreRows:
     reason: np.ndarray
     entries: dict[str, tuple[np.ndarray, np.ndarray]]
 
-    def labelled(self, key: str, labels: np.ndarray, names: list[str], rows: np.ndarray | None = None) -> dict:
+    def labelled(self, key: str, labels: np.ndarray, names: list[str]) -> dict:
         """{name: the values of `key`} by each row's label (`labels`: an index into `names` per row, -1 for a
         row left out), the names in the order of their first row, as a scan of the rows would meet them."""
         found, values = self.entries.get(key, (np.empty(0, np.int64), np.empty(0)))
@@ -109,15 +111,9 @@ def read_scores(root: str, folders: list[str], max_rows: int) -> ScoreRows:
     chunk's map entries are read through its offsets, its keys dictionary-encoded (a few dozen distinct)."""
     folder, stage, reason, codes, values, rows, base, names = [], [], [], [], [], [], 0, {}
     for index, name in enumerate(folders):
-        path = io.join(root, name)
-        if not FileSystems.exists(path):
-            continue
-        try:
-            dataset = ds.dataset(path, format="parquet")
-        except (FileNotFoundError, OSError, ValueError):
-            continue
-        present = [c for c in ("stage", "reason", "scores") if c in dataset.schema.names]
-        if not present:  # an empty folder (no file, so no schema) or rows without any of them: nothing to read
+        dataset = _dataset(root, name)
+        present = [c for c in ("stage", "reason", "scores") if dataset is not None and c in dataset.schema.names]
+        if not present:  # no folder, an empty one (no file, so no schema) or rows without any of them
             continue
         table = dataset.to_table(columns=present).slice(0, max_rows)
         n = table.num_rows
@@ -134,7 +130,7 @@ def read_scores(root: str, folders: list[str], max_rows: int) -> ScoreRows:
             kept = np.repeat(valid, lengths)  # a null map's slots, if it has any, hold nothing
             encoded = pc.dictionary_encode(chunk.keys.slice(first, size))
             to_global = np.array([names.setdefault(k, len(names)) for k in encoded.dictionary.to_pylist()], np.int64)
-            codes.append(to_global[encoded.indices.to_numpy()][kept] if size else np.empty(0, np.int64))
+            codes.append(to_global[encoded.indices.to_numpy()][kept])
             values.append(chunk.items.slice(first, size).to_numpy(zero_copy_only=False).astype(float)[kept])
             rows.append(row + np.repeat(np.arange(len(chunk)), lengths)[kept])
             row += len(chunk)
