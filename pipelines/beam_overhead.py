@@ -32,6 +32,9 @@ fifth of the wall clock on work whose answer never changes, or on workers with n
   in every CoGroupByKey, it decodes and encodes every element once more in the runner process, one
   stage after another, whatever the worker count: the template lines' per-line join, each
   deduplication's join of documents and survivors.
+- At the end of a run the runner closes its worker processes one after another, waiting for each to
+  exit, and a worker's interpreter then frees every object it holds (the run's models, its caches)
+  before it exits.
 
 `local_run()` installs them for a local run (FnApiRunner, where they were measured), in the driver and
 in the worker processes it starts (`apply_in_local_workers`, when a worker imports `pipelines.stage` to
@@ -77,6 +80,9 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
 - What a bundle processor pickles for its own operations is not compressed (`UncompressedPickler`):
   nothing outside the process reads it; nor, in a run without worker processes, is anything the
   pipeline pickles.
+- The worker processes run `pipelines/local_worker.py`: Beam's SDK harness, then the process's exit
+  functions, then an exit without the interpreter's finalization (docs/design.md, "Local runner
+  settings").
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
@@ -105,6 +111,7 @@ _VIEW_AS = PipelineOptions.view_as
 _PARALLEL_PROCESS_BUNDLE = fn_runner.ParallelBundleManager.process_bundle
 _CREATE_STAGES = fn_runner.FnApiRunner.create_stages
 _CONTROL_CLOSE = worker_handlers.ControlConnection.close
+_START_WORKER = worker_handlers.SubprocessSdkWorkerHandler.start_worker
 _DESCRIPTOR = execution.BundleContextManager._build_process_bundle_descriptor
 _SAMPLER_START, _SAMPLER_STOP = statesampler.StateSampler.start, statesampler.StateSampler.stop
 _PICKLER_DUMPS, _PICKLER_LOADS = pickler.dumps, pickler.loads
@@ -460,6 +467,16 @@ def close_control(self) -> None:
     _CONTROL_CLOSE(self)
 
 
+BEAM_WORKER, LOCAL_WORKER = b"-m apache_beam.runners.worker.sdk_worker_main", b"-m pipelines.local_worker"
+
+
+def start_worker(self) -> None:
+    """`SubprocessSdkWorkerHandler.start_worker`, the worker process started as pipelines/local_worker.py
+    (Beam's SDK harness, then an exit without the interpreter's finalization)."""
+    self._worker_command_line = self._worker_command_line.replace(BEAM_WORKER, LOCAL_WORKER)
+    _START_WORKER(self)
+
+
 _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEFAULTS),
           (userstate, "get_dofn_specs", dofn_specs, _DOFN_SPECS),
           (core, "_check_fn_use_yield_and_return", uses_yield_and_return, _YIELD_AND_RETURN),
@@ -467,6 +484,7 @@ _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEF
           (fn_runner.ParallelBundleManager, "process_bundle", process_bundle, _PARALLEL_PROCESS_BUNDLE),
           (fn_runner.FnApiRunner, "create_stages", create_stages, _CREATE_STAGES),
           (worker_handlers.ControlConnection, "close", close_control, _CONTROL_CLOSE),
+          (worker_handlers.SubprocessSdkWorkerHandler, "start_worker", start_worker, _START_WORKER),
           (execution.BundleContextManager, "_build_process_bundle_descriptor", process_bundle_descriptor, _DESCRIPTOR),
           (bundle_processor, "concurrent", _CALLER_THREAD, bundle_processor.concurrent),
           (bundle_processor, "pickler", UncompressedPickler, pickler),

@@ -132,6 +132,50 @@ def test_a_run_whose_stages_all_stay_in_the_runner_process_still_ends():
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
 
 
+def test_a_local_run_s_worker_processes_run_beam_s_harness_as_local_worker():
+    """The worker processes a local run starts run pipelines/local_worker.py (Beam's SDK harness), and the
+    run ends with them: a child runs a 2-worker pipeline whose mapped step, on the workers, reports its
+    process's main module."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from apache_beam.testing.util import assert_that, equal_to
+        from pipelines import beam_overhead
+        options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                                   "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+        with beam_overhead.local_run():
+            with beam.Pipeline(options=options) as p:
+                mains = (p | beam.Create(list(range(40)), reshuffle=False) | "Spread items" >> beam.Reshuffle()
+                         | beam.Map(lambda _: sys.modules["__main__"].__spec__.name) | beam.Distinct())
+                assert_that(mains, equal_to(["pipelines.local_worker"]))
+        print("ended")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
+
+
+def test_local_worker_runs_the_exit_functions_then_ends_and_a_failed_harness_fails_the_process():
+    """After the harness returns, the process's exit functions run (the extraction children stop, logs
+    are flushed) and it ends with status 0; a harness that raises ends it as Beam's would: the
+    traceback, the exit functions, status 1."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    for harness, status in (("lambda argv: None", 0), ("lambda argv: 1 / 0", 1)):
+        script = ("import atexit; from pipelines import local_worker as w; "
+                  f"w.sdk_worker_main.main = {harness}; atexit.register(print, 'exit function ran'); w.main()")
+        proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == status and proc.stdout.strip() == "exit function ran", proc.stderr[-2000:]
+        assert ("ZeroDivisionError" in proc.stderr) == bool(status)
+
+
 def test_a_worker_gets_the_fixes_only_from_a_local_run():
     """Importing pipelines.stage (what unpickling our DoFns does in any worker) installs nothing in a
     worker of another runner (Dataflow, Flink, Spark, Prism); in a worker process a local run started
