@@ -20,7 +20,11 @@ Thresholds: --llm-threshold / --mt-threshold, else the `synthetic` section of --
 LM head: --lm-model / --lm-logit / --lm-max-tokens, else the config's `lm_model`, `lm_logit`,
 `lm_max_tokens` (e.g. --config configs/local_lm.yaml): llm_generated then includes the calibrated
 Fast-DetectGPT discrepancy as in the pipeline, and each llm subset also reports the discrepancy's own
-ROC-AUC (`lm_discrepancy_only_roc_auc`); throughput is then measured for the LM too.
+ROC-AUC (`lm_discrepancy_only_roc_auc`); throughput is then measured for the LM too. With the config's
+`lm_band` (the cascade: the LM only for documents whose score without it lies in the band; off with
+--no-lm-band), each llm subset reports instead the share of its documents in the band, the figures with
+the LM on every document (`lm_on_every_document`, from the same discrepancies) and how many verdicts
+differ from those.
 """
 
 from __future__ import annotations
@@ -72,25 +76,32 @@ def _fig(y, s, thr) -> dict:
 
 class LLMScore:
     """`llm_generated` as the pipeline computes it: the shipped heads and, with an LM configured and
-    `lm_logit` set, the calibrated Fast-DetectGPT discrepancy as a third head (pipelines/stages.py)."""
+    `lm_logit` set, the calibrated Fast-DetectGPT discrepancy as a third head (pipelines/stages.py), only
+    for documents in `lm_band` where one is set (the cascade). The discrepancy is computed for every
+    judged document all the same, so that each call also leaves, for comparison, the score with the LM
+    on every document (`every`) and which documents the band sent to the LM (`in_band`)."""
 
-    def __init__(self, scorer, lm=None, lm_logit=None, max_chars=1500):
-        self.scorer, self.lm, self.lm_logit, self.max_chars = scorer, lm, lm_logit, max_chars
+    def __init__(self, scorer, lm=None, lm_logit=None, max_chars=1500, lm_band=None):
+        self.scorer, self.lm, self.lm_logit, self.max_chars, self.lm_band = scorer, lm, lm_logit, max_chars, lm_band
+        self.every = self.in_band = None
 
     def __call__(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
-        """(llm_generated, discrepancy or nan) per text."""
+        """(llm_generated, discrepancy or nan) per text; the discrepancy nan outside the band."""
         from filters.lm_detect import document_sample
-        from filters.synthetic import with_lm_head
+        from filters.synthetic import in_lm_band, with_lm_head
 
         scores = [self.scorer.score(t, lg) for t, lg in zip(texts, langs)]
         p = np.array([s["llm_generated"] for s in scores])
         d = np.full(len(texts), np.nan)
+        self.every, self.in_band = p.copy(), np.zeros(len(texts), bool)
         if self.lm is not None:
             idx = [i for i, s in enumerate(scores) if s["llm_generated_supported"]]
             for i, v in zip(idx, self.lm.score([document_sample(texts[i], self.max_chars) for i in idx])):
                 if v is not None:
-                    d[i] = v
-                    p[i] = with_lm_head(p[i], v, self.lm_logit)
+                    self.every[i] = with_lm_head(p[i], v, self.lm_logit)
+                    if in_lm_band(p[i], self.lm_band):
+                        self.in_band[i] = True
+                        d[i], p[i] = v, self.every[i]
         return p, d
 
 
@@ -115,18 +126,24 @@ def heldout(scorer, data_dir, thr, seed=0, llm=None) -> dict:
     t = thr["llm_generated"]
     main = split == "test"
     res = {"threshold": t, "held_out_generators": list(T.LLM_TEST_GENERATORS)}
+    every, in_band = llm.every, llm.in_band
     if llm.lm is not None:
         res["lm"] = {"model": llm.lm.model_name, "max_tokens": llm.lm.max_tokens, "lm_logit": llm.lm_logit,
-                     "unscored_items": int(np.isnan(d).sum())}
+                     "lm_band": llm.lm_band, "unscored_items": int(np.isnan(d).sum()),
+                     "in_band_share": round(float(in_band[main].mean()), 4)}
     subsets = {"all_heldout": main, "seen_generators_heldout_items": (split == "test_seen_generator") | (main & (y == 0)),
                "unseen_source_asap_chatgpt": split == "test_asap"}
     for g in T.LLM_TEST_GENERATORS:
         subsets[f"generator={g}"] = main & ((system == g) | (y == 0))
     for name, m in subsets.items():
         res[name] = _fig(y[m], s[m], t)
-        if llm.lm is not None:  # the discrepancy alone, for comparison with the paper
+        if llm.lm is not None and llm.lm_band is None:  # the discrepancy alone, for comparison with the paper
             k = m & ~np.isnan(d)
             res[name]["lm_discrepancy_only_roc_auc"] = round(T.roc_auc(y[k], d[k]), 4)
+        if llm.lm is not None and llm.lm_band is not None:  # the cascade against the LM on every document
+            res[name]["lm_on_every_document"] = _fig(y[m], every[m], t)
+            res[name]["in_band_share"] = round(float(in_band[m].mean()), 4)
+            res[name]["verdicts_differing"] = int(((s[m] >= t) != (every[m] >= t)).sum())
     for src in sorted(set(source[main & (y == 0)])):
         m = main & (y == 0) & (source == src)
         res.setdefault("human_fpr_by_source", {})[src] = {"n": int(m.sum()), "fpr": round(float((s[m] >= t).mean()), 4)}
@@ -236,6 +253,7 @@ def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
             pages.append((cat, text, lid(text)[0], len(g & train_grams) / max(len(g), 1) >= 0.3,
                           labels[rec.record_id]["source"]))
     llm_scores, _ = llm([p[1] for p in pages], [p[2] for p in pages])
+    in_band = llm.in_band
     per = collections.defaultdict(list)
     for (cat, text, lang, seen, source), p_llm in zip(pages, llm_scores):
         mt = scorer.score(text, lang)["poor_mt"]
@@ -249,6 +267,9 @@ def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
                 "by_reason": {k or "kept": v for k, v in c.most_common()}}
 
     out = {"thresholds": thr}
+    if llm.lm is not None and llm.lm_band is not None:
+        out["lm_in_band_share"] = round(float(in_band.mean()), 4) if len(in_band) else None
+        out["lm_verdicts_differing"] = int(((llm_scores >= thr["llm_generated"]) != (llm.every >= thr["llm_generated"])).sum())
     for cat in ("human", "llm", "poor_mt"):
         rows = per[cat]
         out[cat] = {"all": summary(rows), "unseen": summary([r for r in rows if not r["seen"]])}
@@ -314,6 +335,7 @@ def main():
                     "llm_generated then includes the LM head")
     ap.add_argument("--lm-max-tokens", type=int, default=None)
     ap.add_argument("--lm-device", default=None, help="else the config's lm_device, else cpu")
+    ap.add_argument("--no-lm-band", action="store_true", help="the LM on every document, whatever the config's lm_band")
     ap.add_argument("--wmt-sxs", default=None, help="a folder with WMT 2023's sxs_mqm_generalMT2023_*.tsv: the poor-MT "
                     "scorer on MT of another year, domain and systems (filters/training_data.py load_wmt_sxs)")
     args = ap.parse_args()
@@ -329,7 +351,8 @@ def main():
         device = args.lm_device or section.get("lm_device") or "cpu"
         lm = SamplingDiscrepancy(lm_model, device=device, max_tokens=max_tokens, batch_size=section.get("lm_batch") or 16,
                                  dtype=section.get("lm_dtype")).load()
-        llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"), section.get("max_chars") or 1500)
+        llm = LLMScore(scorer, lm, args.lm_logit or section.get("lm_logit"), section.get("max_chars") or 1500,
+                       None if args.no_lm_band else section.get("lm_band"))
     report = {"thresholds": thr, "heldout": heldout(scorer, args.data, thr, llm=llm),
               "throughput": throughput(scorer, args.data, args.throughput_docs)}
     if llm.lm is not None:

@@ -312,6 +312,13 @@ def with_lm_head(p: float, discrepancy: float | None, lm_logit) -> float:
     return round(add_evidence(p, lm_logit[0] * discrepancy + lm_logit[1]), 6)
 
 
+def in_lm_band(p: float, band) -> bool:
+    """Whether the LM head is computed for a document whose `llm_generated` without it is p: inside
+    `band` = [lo, hi] (`curate fit-lm-head`: beyond it, the LM head's log-odds on the fit texts, from
+    their 1st to their 99th percentile, cannot carry p across the threshold), or always without a band."""
+    return band is None or band[0] <= p <= band[1]
+
+
 def _base_lang(lang: str | None) -> str:
     return (lang or "").split("_")[0].lower()
 
@@ -356,10 +363,6 @@ class SyntheticTextScorer:
     @property
     def mt_langs(self) -> tuple:
         return tuple(self.load()._mt.meta.get("languages", MT_LANGS))
-
-    def judges_llm(self, lang: str | None) -> bool:
-        """Whether `llm_generated` is scored for this lid.176 code (e.g. "en", "en_US")."""
-        return _base_lang(lang) in self.llm_langs
 
     def score(self, text: str, lang: str = "en") -> dict:
         self.load()

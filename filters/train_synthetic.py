@@ -13,6 +13,7 @@ Deterministic given `seed` (fastText thread=1, seeded). Writes MODEL (quantized 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import tempfile
@@ -22,8 +23,8 @@ import numpy as np
 
 from filters.logistic import fit_logistic_1d, fit_logreg
 from filters.page_noise import feature_rows, pageify
-from filters.synthetic import (MAX_CHARS as MAX_SAMPLE_CHARS, STAT_NAMES, STYLE_NAMES, _Classifier, ft_logit,
-                               stacked_prob, style_features, text_stats)
+from filters.synthetic import (MAX_CHARS as MAX_SAMPLE_CHARS, STAT_NAMES, STYLE_NAMES, _Classifier, add_evidence,
+                               ft_logit, stacked_prob, style_features, text_stats)
 from filters.synthetic_eval import evaluate, roc_auc, score_items
 from filters.training_data import (ITEM_TEST_FOLD, LLM_TEST_GENERATORS, MT_TEST_SYSTEMS, N_FOLDS, TED_TEST_TALKS,
                                    fold, load_data)
@@ -217,12 +218,33 @@ def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=N
 
     fit_rows = scored(fit)
     a, b = fit_logistic_1d([d for d, _, _ in fit_rows], [y for *_, y in fit_rows])
-    combined = np.array([with_lm_head(p, d, [a, b]) for d, p, _ in scored(calib)])
-    thr = float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5
+    calib_rows = scored(calib)
+    combined = np.array([with_lm_head(p, d, [a, b]) for d, p, _ in calib_rows])
+    thr = round(min(max(float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5, 0.5), 0.9999), 4)
+    evidence = [a * d + b for d, _, _ in fit_rows + calib_rows]
     return {"lm_model": lm.model_name, "lm_max_tokens": lm.max_tokens, "lm_logit": [round(a, 6), round(b, 6)],
-            "llm_generated_threshold": round(min(max(thr, 0.5), 0.9999), 4),
+            "llm_generated_threshold": thr, "lm_band": lm_band(evidence, thr),
             "fit_texts": len(fit_rows), "calibration_human_pages": len(combined),
             "fit_auc_discrepancy": round(roc_auc([y for *_, y in fit_rows], [d for d, _, _ in fit_rows]), 4)}
+
+
+LM_BAND_QUANTILES = (0.01, 0.99)
+
+
+def lm_band(evidence: list[float], threshold: float, quantiles=LM_BAND_QUANTILES) -> list[float]:
+    """[lo, hi] of `llm_generated` without the LM head, outside which the head's log-odds `evidence` (a*d + b
+    of the fit and calibration texts), from its `quantiles[0]` to its `quantiles[1]` quantile, cannot carry
+    a score across `threshold`: below lo, p with the most such evidence stays under it; above hi, p with
+    the least stays over it. The pipeline computes the LM only inside (filters/synthetic.py in_lm_band), so
+    the verdicts outside are the cheap heads' own. In logit space, as add_evidence adds the head, with
+    the combined score's rounding allowed for; where an edge falls beyond the logits ft_logit can give (it
+    clips p), the band is open on that side; rounded outwards."""
+    low, high = (float(q) for q in np.quantile(evidence, quantiles))
+    clip = ft_logit(1.0)
+    below = threshold - 5e-7  # a combined score this close rounds (with_lm_head: 6 decimals) to the threshold
+    lo = 0.0 if ft_logit(below) - high <= -clip else math.floor(add_evidence(below, -high) * 1e6) / 1e6
+    hi = 1.0 if ft_logit(threshold) - low >= clip else math.ceil(add_evidence(threshold, -low) * 1e6) / 1e6
+    return [lo, hi]
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def _fit_lm_head(args, _):
                              dtype=args.lm_dtype).load()
     fitted = fit_lm_head(lm, args.data, per_class=args.per_class)
     fitted["lm_dtype"] = args.lm_dtype
-    keys = ("lm_model", "lm_max_tokens", "lm_dtype", "lm_logit", "llm_generated_threshold")
+    keys = ("lm_model", "lm_max_tokens", "lm_dtype", "lm_logit", "llm_generated_threshold", "lm_band")
     print(f"# fitted on {fitted['fit_texts']} texts (discrepancy AUC {fitted['fit_auc_discrepancy']}), "
           f"threshold from {fitted['calibration_human_pages']} calibration human pages; add to your config:")
     print(yaml.safe_dump({"synthetic": {k: fitted[k] for k in keys}}, sort_keys=False), end="")

@@ -420,6 +420,10 @@ class SyntheticConfig(Section):
                                                                      "is >= this; null = score only")
     lm_logit: list[float] | None = Field(None, description="[a, b]: the discrepancy joins llm_generated as "
                                                            "log-odds a*d + b (curate fit-lm-head)")
+    lm_band: list[float] | None = Field(None, description=(
+        "[lo, hi]: the LM scores only documents whose llm_generated without it lies in this band; outside "
+        "it no likely discrepancy moves the score across the threshold (curate fit-lm-head); null = every "
+        "document"))
     lm_device: str = Field("cpu", description="torch device, e.g. cuda")
     lm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None, description="null = bfloat16 on cuda, float32 on cpu")
@@ -433,11 +437,21 @@ class SyntheticConfig(Section):
             raise ValueError("lm_logit is [coef, bias]")
         return value
 
+    @field_validator("lm_band")
+    @classmethod
+    def _band(cls, value):
+        if value is not None and not (len(value) == 2 and 0 <= value[0] <= value[1] <= 1):
+            raise ValueError("lm_band is [lo, hi] with 0 <= lo <= hi <= 1")
+        return value
+
     @model_validator(mode="after")
     def _logit_needs_threshold(self):
         if self.lm_logit is not None and self.llm_generated_threshold is None:
             raise ValueError("lm_logit needs llm_generated_threshold set with it: the shipped threshold is for "
                              "the score without the LM (curate fit-lm-head prints both)")
+        if self.lm_band is not None and (self.lm_logit is None or self.lm_discrepancy_threshold is not None):
+            raise ValueError("lm_band needs lm_logit (it is fitted with it) and no lm_discrepancy_threshold (that "
+                             "rule reads the discrepancy of every document)")
         return self
 
 
@@ -449,12 +463,14 @@ class ScoreSyntheticText(DocumentStep):
     discrepancy (filters/lm_detect.py) is computed too for languages the llm scorer judges, `lm_batch`
     documents per model call, stored as `llm_lm_discrepancy`; with `lm_logit` = [a, b] it joins
     `llm_generated` as a third head (log-odds a*d + b), and with `lm_discrepancy_threshold` set it
-    drops as `llm_generated` on its own."""
+    drops as `llm_generated` on its own. With `lm_band` the LM is a cascade's second step: it scores
+    only the documents whose `llm_generated` without it lies in the band (counters `lm/scored`,
+    `lm/outside_band`); the others keep the cheap heads' score and no discrepancy."""
 
     def __init__(self, stage: str, cfg: SyntheticConfig):
         super().__init__(stage, cfg)
         self.scorer = self.thresholds = self.lm = None
-        self.discrepancies = {}
+        self.discrepancies, self.cheap = {}, {}
         if cfg.lm_model:
             self.batch = cfg.lm_batch
 
@@ -472,18 +488,25 @@ class ScoreSyntheticText(DocumentStep):
             self.lm = SamplingDiscrepancy.from_config(self.cfg.model_copy(update=gguf)).load()
 
     def prepare(self, docs):
-        if self.lm is not None:  # one batched LM call; only languages the llm scorer judges
+        if self.lm is not None:  # one batched LM call; only languages the llm scorer judges, in the band
             from filters.lm_detect import document_sample
+            from filters.synthetic import in_lm_band
 
-            docs = [doc for doc in docs if self.scorer.judges_llm(doc["lang"])]
+            self.cheap = {doc["id"]: self.scorer.score(doc["text"], doc["lang"]) for doc in docs}
+            judged = [doc for doc in docs if self.cheap[doc["id"]]["llm_generated_supported"]]
+            docs = [doc for doc in judged if in_lm_band(self.cheap[doc["id"]]["llm_generated"], self.cfg.lm_band)]
+            if self.cfg.lm_band is not None:
+                for key, n in (("lm/scored", len(docs)), ("lm/outside_band", len(judged) - len(docs))):
+                    if n:
+                        self.count(key, n)
             samples = [document_sample(doc["text"], self.cfg.max_chars) for doc in docs]
             self.discrepancies = dict(zip((doc["id"] for doc in docs), self.lm.score(samples)))
 
     def step(self, doc):
         from filters.synthetic import synthetic_drop, with_lm_head
 
-        scores = self.scorer.score(doc["text"], doc["lang"])
-        discrepancy = self.discrepancies.pop(doc["id"], None)  # only for languages the llm scorer judges
+        scores = self.cheap.pop(doc["id"], None) or self.scorer.score(doc["text"], doc["lang"])
+        discrepancy = self.discrepancies.pop(doc["id"], None)  # llm-judged languages, in the band
         scores["llm_generated"] = with_lm_head(scores["llm_generated"], discrepancy, self.cfg.lm_logit)
         values = {k: scores[k] for k in ("llm_generated", "llm_ngram", "llm_style", "poor_mt") if k in scores}
         if self.lm is not None:

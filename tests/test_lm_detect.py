@@ -290,6 +290,80 @@ def test_calibrated_discrepancy_is_a_third_head_of_llm_generated(tiny_lm):
     assert de["llm_lm_discrepancy"] is None and de["llm_generated"] == 0.0
 
 
+def test_with_a_band_the_lm_scores_only_the_documents_inside_it(tiny_lm):
+    """The cascade: the cheap heads score every document in prepare(), the LM only those whose
+    `llm_generated` lies in `lm_band`; a document outside keeps the cheap score (no discrepancy), one
+    inside gets the LM head as without a band; the counters say how many of each."""
+    from pipelines.stages import ScoreSyntheticText, SyntheticConfig
+
+    texts = [("Rain again this morning, so the market moved indoors; half the stalls never showed up and the "
+              "baker ran out of rye by nine. Nobody minded much, and the coffee stand did well."),
+             ("In conclusion, it is important to note that the landscape of modern technology is constantly "
+              "evolving, and staying informed is essential for navigating these exciting opportunities.")]
+    docs = [{"id": f"d{i}", "text": text, "lang": "en", "scores": {}} for i, text in enumerate(texts)]
+    base = dict(lm_model=tiny_lm, lm_logit=[0.5, -1.0], llm_generated_threshold=0.99999, poor_mt_threshold=1.0)
+    full = ScoreSyntheticText("synthetic", SyntheticConfig(**base))
+    full.setup()
+    full.start_bundle()
+    full.prepare(docs)
+    everything = {doc["id"]: full.step(doc)["scores"] for doc in docs}
+    cheap = sorted((full.scorer.score(doc["text"], "en")["llm_generated"], doc["id"]) for doc in docs)
+    assert cheap[0][0] < cheap[1][0]
+    band = [cheap[1][0], 1.0]  # the higher-scored document only
+    cascade = ScoreSyntheticText("synthetic", SyntheticConfig(**base, lm_band=band))
+    cascade.setup()
+    cascade.start_bundle()
+    cascade.prepare(docs)
+    (low_p, low), (_, high) = cheap
+    assert set(cascade.discrepancies) == {high}
+    scored = {doc["id"]: cascade.step(doc)["scores"] for doc in docs}
+    assert scored[high] == everything[high]
+    assert scored[low]["llm_lm_discrepancy"] is None and scored[low]["llm_generated"] == low_p
+    assert cascade._tally["lm/scored"] == 1 and cascade._tally["lm/outside_band"] == 1
+    assert "lm/scored" not in full._tally
+
+
+def test_the_lm_band_keeps_every_verdict_outside_it():
+    """lm_band's edges: for a cheap score outside [lo, hi] and any LM evidence within the quantiles it was
+    fitted on, the verdict with the LM head is the cheap score's own (p >= threshold), including where an
+    edge lies beyond the logits ft_logit gives (the band then open on that side)."""
+    import random
+
+    from filters.synthetic import in_lm_band, with_lm_head
+    from filters.train_synthetic import lm_band
+
+    rng = random.Random(0)
+    for threshold, evidence in ((0.9993, [-6.0, -1.0, 0.5, 4.0]), (0.99999, [-8.0, 2.0]), (0.6, [-3.0, 13.0]),
+                                (0.5, [-0.5, 0.5])):
+        lo, hi = lm_band(evidence, threshold, quantiles=(0.0, 1.0))
+        assert 0.0 <= lo <= threshold <= hi <= 1.0
+        for _ in range(2000):
+            p = round(rng.choice([rng.random(), 1 - 10 ** -rng.uniform(0, 7), 10 ** -rng.uniform(0, 7), 0.0, 1.0]), 6)
+            if in_lm_band(p, [lo, hi]):
+                continue
+            e = rng.uniform(min(evidence), max(evidence))
+            assert (with_lm_head(p, e, [1.0, 0.0]) >= threshold) == (p >= threshold), (threshold, p, e, lo, hi)
+    assert lm_band([-8.0, 2.0], 0.99999, quantiles=(0.0, 1.0))[1] == 1.0  # open at the top
+    assert in_lm_band(0.3, None)
+
+
+def test_lm_band_is_checked_with_the_settings_it_depends_on(tmp_path):
+    from pipelines.config import ConfigError, load_config
+
+    cfg = tmp_path / "c.yaml"
+    head = "synthetic:\n  lm_model: some/lm\n  lm_logit: [1.0, 0.5]\n  llm_generated_threshold: 0.999\n"
+    for extra, message in (("  lm_band: [0.9, 0.5]\n", "lo <= hi"), ("  lm_band: [0.5]\n", "lo <= hi"),
+                           ("  lm_band: [0.5, 1.0]\n  lm_discrepancy_threshold: 2.0\n", "every document")):
+        cfg.write_text(head + extra)
+        with pytest.raises(ConfigError, match=message):
+            load_config(str(cfg))
+    cfg.write_text("synthetic:\n  lm_model: some/lm\n  lm_band: [0.5, 1.0]\n")
+    with pytest.raises(ConfigError, match="needs lm_logit"):
+        load_config(str(cfg))
+    cfg.write_text(head + "  lm_band: [0.5, 1.0]\n")
+    assert load_config(str(cfg)).synthetic.lm_band == [0.5, 1.0]
+
+
 def test_lm_logit_needs_its_own_threshold(tmp_path):
     from pipelines.config import ConfigError, load_config
 
@@ -312,6 +386,8 @@ def test_fit_lm_head_calibrates_the_discrepancy_on_training_texts(tiny_lm):
     assert math.isfinite(a) and math.isfinite(b) and 0.5 <= fitted["llm_generated_threshold"] <= 0.9999
     assert fitted["fit_texts"] == 16 and fitted["calibration_human_pages"] >= 1
     assert fitted["lm_max_tokens"] == 64 and fitted["lm_model"] == tiny_lm
+    lo, hi = fitted["lm_band"]
+    assert 0.0 <= lo <= fitted["llm_generated_threshold"] <= hi <= 1.0
 
 
 def test_dtype_is_configurable(tiny_lm):
