@@ -220,7 +220,8 @@ def fit_lm_head(lm, data_dir: str, per_class: int = 150, seed: int = 0, scorer=N
     a, b = fit_logistic_1d([d for d, _, _ in fit_rows], [y for *_, y in fit_rows])
     calib_rows = scored(calib)
     combined = np.array([with_lm_head(p, d, [a, b]) for d, p, _ in calib_rows])
-    thr = round(min(max(float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5, 0.5), 0.9999), 4)
+    thr = float(np.quantile(combined, 1 - TARGET_HUMAN_FPR)) if len(combined) else 0.5
+    thr = round(min(max(thr, 0.5), 0.9999), 4)
     evidence = [a * d + b for d, _, _ in fit_rows + calib_rows]
     return {"lm_model": lm.model_name, "lm_max_tokens": lm.max_tokens, "lm_logit": [round(a, 6), round(b, 6)],
             "llm_generated_threshold": thr, "lm_band": lm_band(evidence, thr),
