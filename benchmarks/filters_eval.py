@@ -253,7 +253,6 @@ def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
             pages.append((cat, text, lid(text)[0], len(g & train_grams) / max(len(g), 1) >= 0.3,
                           labels[rec.record_id]["source"]))
     llm_scores, _ = llm([p[1] for p in pages], [p[2] for p in pages])
-    in_band = llm.in_band
     per = collections.defaultdict(list)
     for (cat, text, lang, seen, source), p_llm in zip(pages, llm_scores):
         mt = scorer.score(text, lang)["poor_mt"]
@@ -268,7 +267,7 @@ def corpus(scorer, path, labels_path, data_dir, thr, llm=None) -> dict:
 
     out = {"thresholds": thr}
     if llm.lm is not None and llm.lm_band is not None:
-        out["lm_in_band_share"] = round(float(in_band.mean()), 4) if len(in_band) else None
+        out["lm_in_band_share"] = round(float(llm.in_band.mean()), 4) if len(pages) else None
         out["lm_verdicts_differing"] = int(((llm_scores >= thr["llm_generated"]) != (llm.every >= thr["llm_generated"])).sum())
     for cat in ("human", "llm", "poor_mt"):
         rows = per[cat]
