@@ -83,6 +83,12 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
 - The worker processes run `pipelines/local_worker.py`: Beam's SDK harness, then the process's exit
   functions, then an exit without the interpreter's finalization (docs/design.md, "Local runner
   settings").
+- A run with worker processes starts them as it begins (`local_run(standby=N)`), before the graph is
+  built: each imports Beam's harness and the pipeline's modules (~1.5 s) on the core the driver leaves
+  idle, then waits for the environment Beam gives a worker it starts. The runner hands that
+  environment to a standby process (`StandbyWorker`, Beam's `SubprocessSdkWorker` but for the start)
+  instead of starting one when the first stage with work to share begins; the unused ones end with
+  the run.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
@@ -92,17 +98,26 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import inspect
+import json
 import os
+import subprocess
+import sys
 import threading
 import types
 import weakref
 
+import grpc
 from apache_beam.internal import cloudpickle_pickler, pickler
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
+from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
 from apache_beam.runners.worker import bundle_processor, operations, statesampler
 from apache_beam.transforms import core, userstate
+from apache_beam.utils import thread_pool_executor
+from google.protobuf import json_format, text_format
+
+from pipelines import local_worker
 
 _ARGS_DEFAULTS = core.get_function_args_defaults
 _DOFN_SPECS = userstate.get_dofn_specs
@@ -432,23 +447,26 @@ def _untimed_sampler(on: bool) -> None:
 
 
 @contextlib.contextmanager
-def local_run(timed: bool = False, in_process: bool = False):
+def local_run(timed: bool = False, in_process: bool = False, standby: int = 0):
     """A local run's pipeline (FnApiRunner, where these were measured): the fixes installed in this
     process for its duration, and in the worker processes it starts (they inherit LOCAL_RUN_ENV and
     install them when they import pipelines.stage), with untimed state samplers unless `timed` (the
     run measures its stages' cost). `in_process`: the run starts no worker process (one worker), so
     nothing outside this process reads the pipeline's pickled functions either, and those are not
     compressed (Beam's `pickler` as UncompressedPickler; a worker process would read the first before
-    any fix is installed). Remote workers (Dataflow, Flink, Spark, Prism) and other runners' drivers
-    run Beam as released."""
+    any fix is installed). `standby`: worker processes to start now (`start_standby_workers`; the
+    run's worker count), the unused ones ended with the run. Remote workers (Dataflow, Flink, Spark,
+    Prism) and other runners' drivers run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
     os.environ[LOCAL_RUN_ENV] = "timed" if timed else "1"
     apply()
     if in_process:
         pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
     try:
+        start_standby_workers(standby)
         yield
     finally:
+        stop_standby_workers()
         pickler.dumps, pickler.loads = _PICKLER_DUMPS, _PICKLER_LOADS
         apply(False)
         if before is None:
@@ -468,13 +486,82 @@ def close_control(self) -> None:
 
 
 BEAM_WORKER, LOCAL_WORKER = b"-m apache_beam.runners.worker.sdk_worker_main", b"-m pipelines.local_worker"
+STANDBY_COMMAND = f"{sys.executable} -m pipelines.local_worker"  # what FnApiRunner's command becomes
+
+
+_standby: list[subprocess.Popen] = []  # worker processes started ahead, not yet handed to the runner
+
+
+def start_standby_workers(n: int) -> None:
+    """Start `n` worker processes ahead of the runner (pipelines/local_worker.py `--standby`): they
+    import Beam's harness and the pipeline's modules while the driver builds the graph, instead of
+    after the first stage that needs them has begun."""
+    with worker_handlers.SUBPROCESS_LOCK:
+        _standby.extend(subprocess.Popen([sys.executable, "-m", "pipelines.local_worker", local_worker.STANDBY],
+                                         stdin=subprocess.PIPE) for _ in range(n))
+
+
+def stop_standby_workers() -> None:
+    """End the standby workers the runner did not use (a run whose stages all ran in process)."""
+    with worker_handlers.SUBPROCESS_LOCK:
+        unused, _standby[:] = list(_standby), []
+    for process in unused:
+        process.kill()  # still importing or waiting: nothing of the run's is in it
+        process.wait()
+
+
+class StandbyWorker(local_job_service.SubprocessSdkWorker):
+    """Beam's `SubprocessSdkWorker` (a logging server for the worker, the worker's environment, a wait
+    for its exit) handing that environment to a standby process instead of starting one."""
+
+    def __init__(self, process: subprocess.Popen, *args):
+        super().__init__(*args)
+        self._process = process
+
+    def run(self) -> None:
+        options = [("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)]
+        logging_server = grpc.server(thread_pool_executor.shared_unbounded_instance(), options=options)
+        logging_port = logging_server.add_insecure_port("[::]:0")
+        logging_server.start()
+        beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(local_job_service.BeamFnLoggingServicer(),
+                                                                 logging_server)
+        descriptor = lambda url: text_format.MessageToString(endpoints_pb2.ApiServiceDescriptor(url=url))  # noqa: E731
+        env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR=descriptor(self._control_address),
+                   LOGGING_API_SERVICE_DESCRIPTOR=descriptor(f"localhost:{logging_port}"),
+                   PIPELINE_OPTIONS=json_format.MessageToJson(self._provision_info.provision_info.pipeline_options))
+        if self._worker_id:
+            env["WORKER_ID"] = self._worker_id
+        p = self._process
+        try:
+            p.stdin.write(json.dumps(env).encode() + b"\n")
+            p.stdin.close()
+            p.wait()
+            if p.returncode:
+                raise RuntimeError(f"Worker subprocess exited with return code {p.returncode}")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            logging_server.stop(0)
 
 
 def start_worker(self) -> None:
     """`SubprocessSdkWorkerHandler.start_worker`, the worker process started as pipelines/local_worker.py
-    (Beam's SDK harness, then an exit without the interpreter's finalization)."""
+    (Beam's SDK harness, then an exit without the interpreter's finalization): a standby one where the
+    run started some (`start_standby_workers`)."""
     self._worker_command_line = self._worker_command_line.replace(BEAM_WORKER, LOCAL_WORKER)
-    _START_WORKER(self)
+    standby = None
+    with worker_handlers.SUBPROCESS_LOCK:
+        while standby is None and _standby and self._worker_command_line == STANDBY_COMMAND.encode():
+            standby = _standby.pop(0)
+            if standby.poll() is not None:  # it failed before it was needed: a process of Beam's own instead
+                standby = None
+    if standby is None:
+        _START_WORKER(self)
+        return
+    self.worker = StandbyWorker(standby, self._worker_command_line, self.control_address, self.provision_info,
+                                self.worker_id)
+    self.worker_thread = threading.Thread(name="run_worker", target=self.worker.run)
+    self.worker_thread.start()
 
 
 _FIXES = ((core, "get_function_args_defaults", function_args_defaults, _ARGS_DEFAULTS),

@@ -160,6 +160,55 @@ def test_a_local_run_s_worker_processes_run_beam_s_harness_as_local_worker():
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
 
 
+def test_a_local_run_hands_its_workers_to_the_standby_processes_it_started_and_ends_the_unused_ones():
+    """local_run(standby=2) starts two worker processes before the pipeline is built, and the runner hands
+    them its workers' environment instead of starting processes of its own: the mapped step, on the
+    workers, sees `--standby` among its process's arguments, and both end with the run. Standby workers
+    that a run does not use (all its stages stay in the runner process) are ended with it. In a child
+    with a deadline."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from apache_beam.testing.util import assert_that, equal_to
+        from pipelines import beam_overhead
+        options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                                   "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+        with beam_overhead.local_run(standby=2):
+            used = list(beam_overhead._standby)
+            with beam.Pipeline(options=options) as p:
+                args = (p | beam.Create(list(range(40)), reshuffle=False) | "Spread items" >> beam.Reshuffle()
+                        | beam.Map(lambda _: " ".join(sys.argv[1:])) | beam.Distinct())
+                assert_that(args, equal_to(["--standby"]))
+        print(len(used), [p.returncode for p in used], beam_overhead._standby)
+        with beam_overhead.local_run(standby=2):
+            unused = list(beam_overhead._standby)
+            with beam.Pipeline(options=options) as p:
+                assert_that(p | beam.Create([(1, 2), (1, 3)], reshuffle=False) | beam.CombinePerKey(sum),
+                            equal_to([(1, 5)]))
+        print(len(unused), all(p.poll() is not None for p in unused), beam_overhead._standby)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout.split("\n")[-3:] == ["2 [0, 0] []", "2 True []", ""], (
+        proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_standby_worker_whose_input_ends_before_its_environment_ends_quietly():
+    """A standby worker that is never handed an environment (its stdin closed) exits with status 0
+    without starting Beam's harness."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pipelines.local_worker", "--standby"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr[-2000:]
+
+
 def test_local_worker_runs_the_exit_functions_then_ends_and_a_failed_harness_fails_the_process():
     """After the harness returns, the process's exit functions run (the extraction children stop, logs
     are flushed) and it ends with status 0; a harness that raises ends it as Beam's would: the
