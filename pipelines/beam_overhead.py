@@ -117,8 +117,6 @@ from apache_beam.transforms import core, userstate
 from apache_beam.utils import thread_pool_executor
 from google.protobuf import json_format, text_format
 
-from pipelines import local_worker
-
 _ARGS_DEFAULTS = core.get_function_args_defaults
 _DOFN_SPECS = userstate.get_dofn_specs
 _YIELD_AND_RETURN = core._check_fn_use_yield_and_return
@@ -487,6 +485,7 @@ def close_control(self) -> None:
 
 BEAM_WORKER, LOCAL_WORKER = b"-m apache_beam.runners.worker.sdk_worker_main", b"-m pipelines.local_worker"
 STANDBY_COMMAND = f"{sys.executable} -m pipelines.local_worker"  # what FnApiRunner's command becomes
+STANDBY = "--standby"  # pipelines/local_worker.py's argument: wait for the environment on stdin
 
 
 _standby: list[subprocess.Popen] = []  # worker processes started ahead, not yet handed to the runner
@@ -497,7 +496,7 @@ def start_standby_workers(n: int) -> None:
     import Beam's harness and the pipeline's modules while the driver builds the graph, instead of
     after the first stage that needs them has begun."""
     with worker_handlers.SUBPROCESS_LOCK:
-        _standby.extend(subprocess.Popen([sys.executable, "-m", "pipelines.local_worker", local_worker.STANDBY],
+        _standby.extend(subprocess.Popen([sys.executable, "-m", "pipelines.local_worker", STANDBY],
                                          stdin=subprocess.PIPE) for _ in range(n))
 
 

@@ -21,7 +21,7 @@ import sys
 
 from apache_beam.runners.worker import sdk_worker_main
 
-STANDBY = "--standby"
+from pipelines.beam_overhead import STANDBY
 
 
 def await_environment() -> bool:
