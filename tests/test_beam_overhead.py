@@ -62,6 +62,50 @@ def test_only_stages_with_work_to_share_go_to_the_worker_processes(monkeypatch, 
     assert [here for _, here in runs("(Total/CombineGlobally(CountCombineFn)/CombinePerKey/Group/Read)")] == [True]
 
 
+def test_a_grouped_input_is_split_over_the_workers_by_the_bytes_of_its_groups():
+    """`partition_by_size`: the groups Beam's own partition gives, each key's group whole, split into
+    parts of about equal bytes. Four large groups at even positions of the key order (Beam deals keys
+    out in turn: all four to one worker) end two and two; an empty grouping still gives every worker
+    its empty part."""
+    from apache_beam.coders import coders
+    from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+    from apache_beam.runners.portability.fn_api_runner import execution
+    from apache_beam.transforms import core, window
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    def buffer(pairs):
+        pre = coders.WindowedValueCoder(coders.TupleCoder([coders.VarIntCoder(), coders.StrUtf8Coder()]))
+        post = coders.WindowedValueCoder(coders.TupleCoder([coders.VarIntCoder(),
+                                                            coders.IterableCoder(coders.StrUtf8Coder())]))
+        grouping = execution.GroupingBuffer(pre, post, core.Windowing(window.GlobalWindows()))
+        stream = create_OutputStream()
+        for pair in pairs:
+            pre.get_impl().encode_to_stream(WindowedValue(pair, 0, [window.GlobalWindow()]), stream, True)
+        grouping.append(stream.get())
+        return grouping, post.get_impl()
+
+    def groups(encoded, coder):
+        stream, out = create_InputStream(encoded), []
+        while stream.size() > 0:
+            key, values = coder.decode_from_stream(stream, True).value
+            out.append((key, sorted(values)))
+        return sorted(out)
+
+    big = {0, 2, 4, 6}
+    pairs = [(k, ("x" * 50_000 if k in big else f"v{k}")) for k in range(300)] + [(k, "again") for k in range(0, 300, 7)]
+    beams, coder = buffer(pairs)
+    ours, _ = buffer(pairs)
+    expected = groups(b"".join(chunk for part in beam_overhead._PARTITION(beams, 2) for chunk in part), coder)
+    parts = beam_overhead.partition_by_size(ours, 2)
+    assert [len(part) for part in parts] == [1, 1]
+    assert groups(parts[0][0] + parts[1][0], coder) == expected
+    assert [sum(1 for key, _ in groups(part[0], coder) if key in big) for part in parts] == [2, 2]
+    sizes = [len(part[0]) for part in parts]
+    assert max(sizes) - min(sizes) <= 50_100, sizes
+    assert beam_overhead.partition_by_size(ours, 2) is parts  # partitioned once, as Beam's
+    assert beam_overhead.partition_by_size(buffer([])[0], 2) == [[b""], [b""]]
+
+
 def test_a_local_run_samples_no_state_in_any_process_and_keeps_metrics():
     """Inside `local_run()` the driver and the worker processes it starts run bundles with untimed state
     samplers (no thread per bundle); a step still has its tracker, so metrics are counted. Outside it,
