@@ -80,9 +80,9 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   stages that make them. Only where each input's PCollection has the Flatten's coder and windowing
   (Beam has already made them so, `fix_flatten_coders`) and the buffer has no other reader: the
   GroupByKey gets the same bytes, in the same order.
-- What a bundle processor pickles for its own operations is not compressed (`UncompressedPickler`):
-  nothing outside the process reads it; nor, in a run without worker processes, is anything the
-  pipeline pickles.
+- Nothing a local run pickles is compressed (`UncompressedPickler`): neither what a bundle processor
+  pickles again for its own operations nor the pipeline's functions, which only the driver and the
+  run's own worker processes read (each installs the reader before Beam's harness starts).
 - The worker processes run `pipelines/local_worker.py`: Beam's SDK harness, then the process's exit
   functions, then an exit without the interpreter's finalization (docs/design.md, "Local runner
   settings").
@@ -427,10 +427,9 @@ class CallerThreadExecutor:
 
 
 class UncompressedPickler:
-    """The `pickler` bundle_processor and operations see: a function a bundle processor pickles again
-    for its own operation (a DoFn with its windowing, a CombineFn) is pickled without bz2 and read back
-    as such; anything else (what comes from the pipeline: base64 of bz2) is read as Beam reads it.
-    Only where Beam's default pickler (cloudpickle) is the one in use."""
+    """Beam's `pickler` in a local run (the pickler module's functions, and the `pickler` bundle_processor
+    and operations see): pickles without bz2 and base64 (a plain pickle's first byte is 0x80), and reads
+    both those and Beam's own. Only where Beam's default pickler (cloudpickle) is the one in use."""
 
     @staticmethod
     def dumps(o, enable_trace=True, use_zlib=False, **kwargs) -> bytes:
@@ -468,21 +467,19 @@ def _untimed_sampler(on: bool) -> None:
 
 
 @contextlib.contextmanager
-def local_run(timed: bool = False, in_process: bool = False, standby: int = 0):
+def local_run(timed: bool = False, standby: int = 0):
     """A local run's pipeline (FnApiRunner, where these were measured): the fixes installed in this
-    process for its duration, and in the worker processes it starts (they inherit LOCAL_RUN_ENV and
-    install them when they import pipelines.stage), with untimed state samplers unless `timed` (the
-    run measures its stages' cost). `in_process`: the run starts no worker process (one worker), so
-    nothing outside this process reads the pipeline's pickled functions either, and those are not
-    compressed (Beam's `pickler` as UncompressedPickler; a worker process would read the first before
-    any fix is installed). `standby`: worker processes to start now (`start_standby_workers`; the
+    process for its duration, and in the worker processes it starts (pipelines/local_worker.py installs
+    them before Beam's harness reads anything: they inherit LOCAL_RUN_ENV), with untimed state samplers
+    unless `timed` (the run measures its stages' cost). Only this process and those workers read the
+    pipeline's pickled functions, so they are not compressed (Beam's `pickler` as UncompressedPickler,
+    which reads both forms). `standby`: worker processes to start now (`start_standby_workers`; the
     run's worker count), the unused ones ended with the run. Remote workers (Dataflow, Flink, Spark,
     Prism) and other runners' drivers run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
     os.environ[LOCAL_RUN_ENV] = "timed" if timed else "1"
     apply()
-    if in_process:
-        pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
+    pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
     try:
         start_standby_workers(standby)
         yield
@@ -610,6 +607,9 @@ def apply(on: bool = True) -> None:
 
 
 def apply_in_local_workers() -> None:
-    """At import of pipelines.stage: install the fixes in a worker process a local run started."""
+    """In a worker process a local run started (pipelines/local_worker.py, before Beam's harness; and at
+    import of pipelines.stage): install the fixes, and Beam's pickler as UncompressedPickler (the
+    run's pickles are not compressed)."""
     if os.environ.get(LOCAL_RUN_ENV) in ("1", "timed"):
         apply()
+        pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads

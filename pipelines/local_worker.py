@@ -21,7 +21,7 @@ import sys
 
 from apache_beam.runners.worker import sdk_worker_main
 
-from pipelines.beam_overhead import STANDBY
+from pipelines.beam_overhead import STANDBY, apply_in_local_workers
 
 
 def await_environment() -> bool:
@@ -40,6 +40,7 @@ def await_environment() -> bool:
 def main() -> None:
     if sys.argv[1:] == [STANDBY] and not await_environment():
         os._exit(0)
+    apply_in_local_workers()  # before the harness unpickles anything: the run's pickles are not compressed
     sdk_worker_main.main(sys.argv[:1])
     atexit._run_exitfuncs()
     sys.stdout.flush()

@@ -92,7 +92,8 @@ def test_a_grouped_input_is_split_over_the_workers_by_the_bytes_of_its_groups():
         return sorted(out)
 
     big = {0, 2, 4, 6}
-    pairs = [(k, ("x" * 50_000 if k in big else f"v{k}")) for k in range(300)] + [(k, "again") for k in range(0, 300, 7)]
+    pairs = [(k, "x" * 50_000 if k in big else f"v{k}") for k in range(300)]
+    pairs += [(k, "again") for k in range(0, 300, 7)]
     beams, coder = buffer(pairs)
     ours, _ = buffer(pairs)
     expected = groups(b"".join(chunk for part in beam_overhead._PARTITION(beams, 2) for chunk in part), coder)
@@ -272,7 +273,7 @@ def test_local_worker_runs_the_exit_functions_then_ends_and_a_failed_harness_fai
 def test_a_worker_gets_the_fixes_only_from_a_local_run():
     """Importing pipelines.stage (what unpickling our DoFns does in any worker) installs nothing in a
     worker of another runner (Dataflow, Flink, Spark, Prism); in a worker process a local run started
-    (LOCAL_RUN_ENV inherited) it installs the fixes and the untimed sampler."""
+    (LOCAL_RUN_ENV inherited) it installs the fixes, the untimed sampler and the uncompressed pickler."""
     import os
     import subprocess
     import sys
@@ -280,11 +281,13 @@ def test_a_worker_gets_the_fixes_only_from_a_local_run():
     check = ("import pipelines.stage; from pipelines import beam_overhead as b; "
              "from apache_beam.transforms import userstate; from apache_beam.runners.worker import statesampler; "
              "from apache_beam.runners.worker import bundle_processor as p; "
+             "from apache_beam.internal import pickler as q; "
              "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed, "
-             "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor, p.pickler is b.UncompressedPickler)")
+             "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor, p.pickler is b.UncompressedPickler, "
+             "q.loads is b.UncompressedPickler.loads)")
     env = {k: v for k, v in os.environ.items() if k != beam_overhead.LOCAL_RUN_ENV}
     root = Path(__file__).resolve().parents[1]
-    for marked, expected in ((False, "False False False False"), (True, "True True True True")):
+    for marked, expected in ((False, "False False False False False"), (True, "True True True True True")):
         out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
                              env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
         assert out[-2] == expected, out
@@ -401,15 +404,16 @@ def test_operations_pickled_again_are_not_compressed_and_everything_else_reads_a
     assert beam_overhead.LOCAL_RUN_ENV not in os.environ
 
 
-def test_a_run_without_worker_processes_pickles_its_functions_uncompressed():
-    """`local_run(in_process=True)` (a run with no worker process): Beam's pickler writes plain pickles for
-    the whole pipeline (its DoFns' payloads in the pipeline proto) and reads both forms; a run with a side
-    input, a combine and a GroupByKey gives Beam's results; afterwards Beam's pickler is back."""
+def test_a_local_run_pickles_its_functions_uncompressed():
+    """`local_run()`: Beam's pickler writes plain pickles for the whole pipeline (its DoFns' payloads in
+    the pipeline proto) and reads both forms; a run with a side input, a combine and a GroupByKey gives
+    Beam's results; afterwards Beam's pickler is back. (Its worker processes read them: every 2-worker
+    run of this file and of tests/test_pipeline.py.)"""
     from apache_beam.internal import pickler
     from apache_beam.portability.api import beam_runner_api_pb2
 
     options = PipelineOptions(["--runner=FnApiRunner", "--no_pipeline_type_check"])
-    with beam_overhead.local_run(in_process=True):
+    with beam_overhead.local_run():
         assert pickler.dumps((1, 2))[:1] == b"\x80"
         with beam.Pipeline(options=options) as p:
             items = p | beam.Create([(k % 5, k) for k in range(200)])
