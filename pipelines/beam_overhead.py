@@ -87,11 +87,11 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   functions, then an exit without the interpreter's finalization (docs/design.md, "Local runner
   settings").
 - A run with worker processes starts them as it begins (`local_run(standby=N)`), before the graph is
-  built: each imports Beam's harness and the pipeline's modules (~1.5 s) on the core the driver leaves
-  idle, then waits for the environment Beam gives a worker it starts. The runner hands that
-  environment to a standby process (`StandbyWorker`, Beam's `SubprocessSdkWorker` but for the start)
-  instead of starting one when the first stage with work to share begins; the unused ones end with
-  the run.
+  built: each imports Beam's harness and the pipeline's modules while the driver builds the graph,
+  then waits for the environment Beam gives a worker it starts. The runner hands that environment to
+  a standby process (`StandbyWorker`, Beam's `SubprocessSdkWorker` but for the start) instead of
+  starting one when the first stage with work to share begins, and waiting for its imports there;
+  the unused ones end with the run.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
@@ -346,8 +346,8 @@ def partition_by_size(self, n: int) -> list[list[bytes]]:
     """`GroupingBuffer.partition` into n > 1 parts of about equal bytes: each key's group encoded as
     Beam encodes it (Beam's partition into one part per key), the largest first, each to the part
     with the fewest bytes so far. Beam deals the keys out in turn whatever their size, and a
-    grouping by site or URL is skewed: the template lines' document join had 9.6 MB on one worker and
-    22.8 MB on the other. Which worker gets a key never changes an output (see `shares_work`)."""
+    grouping by site or URL is skewed (docs/design.md, "Local runner settings"). Which worker gets a
+    key never changes an output (see `shares_work`)."""
     if self._grouped_output or n == 1:
         return _PARTITION(self, n)
     groups = sorted((b"".join(chunks) for chunks in _PARTITION(self, max(len(self._table), 1))), key=len,
@@ -529,9 +529,14 @@ def stop_standby_workers() -> None:
         process.wait()
 
 
+def _descriptor(url: str) -> str:
+    return text_format.MessageToString(endpoints_pb2.ApiServiceDescriptor(url=url))
+
+
 class StandbyWorker(local_job_service.SubprocessSdkWorker):
-    """Beam's `SubprocessSdkWorker` (a logging server for the worker, the worker's environment, a wait
-    for its exit) handing that environment to a standby process instead of starting one."""
+    """Beam's `SubprocessSdkWorker` (apache-beam 2.77's `run`: a logging server for the worker, the
+    worker's environment, a wait for its exit) handing that environment to a standby process instead of
+    starting one."""
 
     def __init__(self, process: subprocess.Popen, *args):
         super().__init__(*args)
@@ -544,9 +549,8 @@ class StandbyWorker(local_job_service.SubprocessSdkWorker):
         logging_server.start()
         beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(local_job_service.BeamFnLoggingServicer(),
                                                                  logging_server)
-        descriptor = lambda url: text_format.MessageToString(endpoints_pb2.ApiServiceDescriptor(url=url))  # noqa: E731
-        env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR=descriptor(self._control_address),
-                   LOGGING_API_SERVICE_DESCRIPTOR=descriptor(f"localhost:{logging_port}"),
+        env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR=_descriptor(self._control_address),
+                   LOGGING_API_SERVICE_DESCRIPTOR=_descriptor(f"localhost:{logging_port}"),
                    PIPELINE_OPTIONS=json_format.MessageToJson(self._provision_info.provision_info.pipeline_options))
         if self._worker_id:
             env["WORKER_ID"] = self._worker_id
