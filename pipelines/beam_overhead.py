@@ -324,9 +324,11 @@ def view_as(self, cls):
 def process_bundle(self, inputs, expected_outputs, fired_timers, expected_output_timers, dry_run=False):
     """`ParallelBundleManager.process_bundle` for a stage with enough work to share (`shares_work`);
     any other stage runs as one bundle in the runner process itself (`_InProcess`). Partitioning first
-    is what the parallel path does too (it caches the parts)."""
+    is what the parallel path does too (it caches the parts). A stage that stays here takes its input
+    whole (one part): split into more, an input of fewer chunks than parts is decoded and encoded
+    again element by element (`ListBuffer.partition`), to be joined back here."""
     share = shares_work(inputs)
-    parts = {name: buffer.partition(self._num_workers) for name, buffer in inputs.items()}
+    parts = {name: buffer.partition(self._num_workers if share else 1) for name, buffer in inputs.items()}
     if share and all(any(chunk for p in parts.values() for chunk in p[worker]) for worker in range(self._num_workers)):
         return _PARALLEL_PROCESS_BUNDLE(self, inputs, expected_outputs, fired_timers, expected_output_timers,
                                         dry_run)
