@@ -471,10 +471,10 @@ def run(cfg, stages: list[str] | None = None, force: bool = False, echo: bool = 
             watch = Progress(run_plan.progress_dir, sum(f["size"] for f in files), len(files),
                              {"+".join(g): [io.join(root, n, "_SUCCESS") for n in g] for g in to_run},
                              console=os.dup(2), tty=os.isatty(2))
-        in_process = options.view_as(DirectOptions).direct_running_mode != "multi_processing"  # no worker processes
-        local = (beam_overhead.local_run(cfg.stage_cost, 0 if in_process else
-                                         options.view_as(DirectOptions).direct_num_workers)
-                 if runner in LOCAL_RUNNERS else contextlib.nullcontext())
+        direct = options.view_as(DirectOptions)
+        processes = direct.direct_num_workers if direct.direct_running_mode == "multi_processing" else 0
+        local = (beam_overhead.local_run(cfg.stage_cost, standby=processes) if runner in LOCAL_RUNNERS
+                 else contextlib.nullcontext())
         with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
             set_plan(p, run_plan)
             previous, writes, built_here, audit_ready = None, [], False, []
