@@ -41,12 +41,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-_TOKEN = re.compile(r"[^\W_]+(?:[-.,/:#=+][^\W_]+)*")
+# A token, captured: split() gives the gaps between tokens with them (gap, token, gap, ..., token, gap).
+_TOKEN = re.compile(r"([^\W_]+(?:[-.,/:#=+][^\W_]+)*)")
 _SENTENCE_END = re.compile("[.!?:;\n\u3002\uff01\uff1f]")
 _DIGIT = re.compile(r"\d")
 _CODE = re.compile(r"[./:#=+]")
 NOUN_CAPITALISING = frozenset({"de", "lb"})
-_FOREIGN_SCRIPT = 0x370  # code points from Greek on are not Latin script
+_FOREIGN_SCRIPT = "\u0370"  # a word from Greek on (its first code point) is not in Latin script
 _FOREIGN_SHARE = 0.3  # a text is in another script when this share of its words are
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
 MIN_SENTENCE_BYTES = 30  # UTF-8: about 30 Latin letters, 15 Cyrillic, 10 Han characters
@@ -77,20 +78,15 @@ class CrossLingualConfig(BaseModel):
         "null: only score it"))
 
 
-def _foreign(word: str) -> bool:
-    return ord(word[0]) >= _FOREIGN_SCRIPT
-
-
 def anchors(text: str, lang: str = "") -> list[str]:
-    """The document's anchors in order, lower-cased (module docstring)."""
-    tokens = list(_TOKEN.finditer(text))
-    foreign = sum(1 for m in tokens if _foreign(m.group())) > _FOREIGN_SHARE * len(tokens)
+    """The document's anchors in order, lower-cased (module docstring). Whether a word opens a sentence
+    (a sentence end in the gap before it) is asked only of the words the answer decides."""
+    parts = _TOKEN.split(text)
+    words = parts[1::2]  # word k follows the gap parts[2k]
+    foreign = sum(1 for word in words if word >= _FOREIGN_SCRIPT) > _FOREIGN_SHARE * len(words)
     names = not foreign and lang.split("-")[0] not in NOUN_CAPITALISING
-    out, end = [], 0
-    for m in tokens:
-        word = m.group()
-        opens = end == 0 or _SENTENCE_END.search(text, end, m.start()) is not None
-        end = m.end()
+    out = []
+    for k, word in enumerate(words):
         if not word.isascii():
             continue
         if word.isalpha():  # most words: the digit and code checks cannot apply
@@ -99,7 +95,7 @@ def anchors(text: str, lang: str = "") -> list[str]:
                     out.append(word)
             elif (len(word) >= 2 and word.isupper()) or word[1:] != word[1:].lower():
                 out.append(word.lower())
-            elif len(word) >= 3 and (foreign or (names and not opens)):
+            elif len(word) >= 3 and (foreign or (names and not _opens(parts, k))):
                 out.append(word.lower())
         elif _DIGIT.search(word):
             keep = str.isalnum if any(c.isalpha() for c in word) else str.isdigit
@@ -107,9 +103,14 @@ def anchors(text: str, lang: str = "") -> list[str]:
         elif _CODE.search(word) or (len(word) >= 2 and word.isupper()) \
                 or ("-" not in word and word[1:] != word[1:].lower()):
             out.append(word.lower())
-        elif len(word) >= 3 and (foreign or (names and not opens and word[0].isupper())):
+        elif len(word) >= 3 and (foreign or (names and not _opens(parts, k) and word[0].isupper())):
             out.append(word.lower())
     return out
+
+
+def _opens(parts: list[str], k: int) -> bool:
+    """Word k of `_TOKEN.split`'s `parts` opens a sentence: it is the first, or its gap holds a sentence end."""
+    return k == 0 or _SENTENCE_END.search(parts[2 * k]) is not None
 
 
 def anchor_pairs(text: str, lang: str = "") -> list[int]:
