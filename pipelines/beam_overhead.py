@@ -87,25 +87,31 @@ unpickle one of our DoFns); nothing is changed on other runners or in their work
   functions, then an exit without the interpreter's finalization (docs/design.md, "Local runner
   settings").
 - A run with worker processes starts them as it begins (`local_run(standby=N)`), before the graph is
-  built: each imports Beam's harness and the pipeline's modules while the driver builds the graph,
-  then waits for the environment Beam gives a worker it starts. The runner hands that environment to
-  a standby process (`StandbyWorker`, Beam's `SubprocessSdkWorker` but for the start) instead of
-  starting one when the first stage with work to share begins, and waiting for its imports there;
-  the unused ones end with the run.
+  built: on Linux, with no other thread running, forked from the driver, which has imported Beam's
+  harness and the pipeline's modules already (and, where the run packs, loaded the tokenizer its
+  manifests need); otherwise each imports them while the driver builds the graph. Each then waits for
+  the environment Beam gives a worker it starts. The runner hands that environment to a standby
+  process (`StandbyWorker`, Beam's `SubprocessSdkWorker` but for the start) instead of starting one
+  when the first stage with work to share begins, and waiting for its imports there; the unused ones
+  end with the run.
 `tests/test_pipeline.py::test_beam_overhead_fixes_give_beam_s_answers` checks the memos against Beam's
 own answers over a whole run's graph; `tests/test_beam_overhead.py` which stages the workers share.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import inspect
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+import traceback
 import types
 import weakref
 
@@ -115,7 +121,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
 from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
-from apache_beam.runners.worker import bundle_processor, operations, statesampler
+from apache_beam.runners.worker import bundle_processor, operations, sdk_worker_main, statesampler
 from apache_beam.transforms import core, userstate
 from apache_beam.utils import thread_pool_executor
 from google.protobuf import json_format, text_format
@@ -480,10 +486,10 @@ def local_run(timed: bool = False, standby: int = 0):
     Prism) and other runners' drivers run Beam as released."""
     before = os.environ.get(LOCAL_RUN_ENV)
     os.environ[LOCAL_RUN_ENV] = "timed" if timed else "1"
-    apply()
-    pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
     try:
-        start_standby_workers(standby)
+        start_standby_workers(standby)  # first: a forked worker installs the fixes itself, as any other
+        apply()
+        pickler.dumps, pickler.loads = UncompressedPickler.dumps, UncompressedPickler.loads
         yield
     finally:
         stop_standby_workers()
@@ -514,12 +520,108 @@ _standby: list[subprocess.Popen] = []  # worker processes started ahead, not yet
 
 
 def start_standby_workers(n: int) -> None:
-    """Start `n` worker processes ahead of the runner (pipelines/local_worker.py `--standby`): they
-    import Beam's harness and the pipeline's modules while the driver builds the graph, instead of
-    after the first stage that needs them has begun."""
-    with worker_handlers.SUBPROCESS_LOCK:
-        _standby.extend(subprocess.Popen([sys.executable, "-m", "pipelines.local_worker", STANDBY],
-                                         stdin=subprocess.PIPE) for _ in range(n))
+    """Start `n` worker processes ahead of the runner. On Linux, where this process runs no other
+    thread, forked from it: a worker then has Beam's harness and the pipeline's modules already, and
+    the graph is built without worker processes importing them beside it on the same cores. Otherwise
+    (macOS, where system libraries may not survive a fork; a driver with threads) started as
+    `python -m pipelines.local_worker --standby`, which imports them while the driver builds the graph.
+    Either way the worker waits for its environment before it runs the harness."""
+    forked = sys.platform.startswith("linux") and threading.active_count() == 1
+    for _ in range(n):
+        worker = (_fork_worker() if forked else
+                  subprocess.Popen([sys.executable, "-m", "pipelines.local_worker", STANDBY], stdin=subprocess.PIPE))
+        with worker_handlers.SUBPROCESS_LOCK:
+            _standby.append(worker)
+
+
+def _fork_worker() -> "ForkedWorker":
+    """A standby worker forked from this process (`run_forked`), reading its environment from a pipe of
+    its own."""
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the worker: it never returns from here
+        try:
+            os.close(write_end)
+            for other in _standby:  # the earlier workers' pipes: theirs to see closed
+                if isinstance(other, ForkedWorker):
+                    os.close(other.stdin.fileno())
+            run_forked(read_end)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(read_end)
+    return ForkedWorker(pid, os.fdopen(write_end, "wb"))
+
+
+forked_worker = False  # this process is a standby worker forked from the driver (`run_forked`)
+
+
+def run_forked(read_end: int) -> None:
+    """A standby worker forked from the driver (`start_standby_workers`): it has the driver's modules
+    but none of its exit functions or log handlers, waits for its environment on `read_end` (as
+    pipelines/local_worker.py `--standby` does on stdin), and runs the harness. Never returns."""
+    global forked_worker
+    forked_worker = True
+    atexit._clear()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)  # as a fresh interpreter's, until the harness sets its own
+    logging.getLogger("apache_beam").setLevel(logging.NOTSET)
+    with os.fdopen(read_end, "rb") as pipe:
+        line = pipe.readline()
+    if not line:
+        os._exit(0)
+    os.environ.clear()
+    os.environ.update(json.loads(line))
+    try:
+        run_harness()
+    except BaseException:  # as an interpreter ends on an uncaught exception: traceback, exit functions, 1
+        traceback.print_exc()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def run_harness() -> None:
+    """A local run's worker process (pipelines/local_worker.py, or forked): Beam's SDK harness until the
+    runner is done with it, the exit functions, then the end of the process without the interpreter's
+    finalization."""
+    apply_in_local_workers()  # before the harness unpickles anything: the run's pickles are not compressed
+    sdk_worker_main.main(sys.argv[:1])
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+class ForkedWorker:
+    """A forked standby worker with the part of `subprocess.Popen`'s interface a standby is used
+    through: `stdin`, `poll`, `wait`, `kill`, `returncode`."""
+
+    def __init__(self, pid: int, stdin):
+        self.pid, self.stdin, self.returncode = pid, stdin, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def stop_standby_workers() -> None:

@@ -10,18 +10,17 @@ With `--standby` the process is started before the runner needs it, as the run b
 Beam's harness and the pipeline's modules while the driver builds the graph, then waits for one line
 on stdin, the environment Beam gives a worker it starts (the runner's control and logging addresses,
 the pipeline options, the worker id), and runs the harness with it. End of input before that line
-(the run needed no worker process) ends it with status 0."""
+(the run needed no worker process) ends it with status 0. A standby worker forked from the driver
+(pipelines/beam_overhead.py `run_forked`) has those modules already and waits for the same line on a
+pipe."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
 
-from apache_beam.runners.worker import sdk_worker_main
-
-from pipelines.beam_overhead import STANDBY, apply_in_local_workers
+from pipelines.beam_overhead import STANDBY, run_harness
 
 
 def await_environment() -> bool:
@@ -40,12 +39,7 @@ def await_environment() -> bool:
 def main() -> None:
     if sys.argv[1:] == [STANDBY] and not await_environment():
         os._exit(0)
-    apply_in_local_workers()  # before the harness unpickles anything: the run's pickles are not compressed
-    sdk_worker_main.main(sys.argv[:1])
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_harness()
 
 
 if __name__ == "__main__":

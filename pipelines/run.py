@@ -473,9 +473,14 @@ def run(cfg, stages: list[str] | None = None, force: bool = False, echo: bool = 
                              console=os.dup(2), tty=os.isatty(2))
         direct = options.view_as(DirectOptions)
         processes = direct.direct_num_workers if direct.direct_running_mode == "multi_processing" else 0
+        if processes and runner in LOCAL_RUNNERS and "pack" in run_plan.stages_built:
+            from packing.transforms import tokenizer_info
+
+            tokenizer_info(cfg.pack)  # the driver's manifests need it: loaded before the workers fork, theirs too
         local = (beam_overhead.local_run(cfg.stage_cost, standby=processes) if runner in LOCAL_RUNNERS
                  else contextlib.nullcontext())
-        with worker_logs_to_file(cfg, root, "run"), watch, local, beam.Pipeline(options=options) as p:
+        # `local` before `watch`: its worker processes are forked before the progress thread starts
+        with worker_logs_to_file(cfg, root, "run"), local, watch, beam.Pipeline(options=options) as p:
             set_plan(p, run_plan)
             previous, writes, built_here, audit_ready = None, [], False, []
             upstream = None  # the folder of the documents the previous group passes on

@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.testing.util import assert_that, equal_to
+import pytest
 
 from pipelines import beam_overhead
 
@@ -205,39 +206,50 @@ def test_a_local_run_s_worker_processes_run_beam_s_harness_as_local_worker():
     assert proc.returncode == 0 and proc.stdout.strip() == "ended", proc.stderr[-2000:]
 
 
-def test_a_local_run_hands_its_workers_to_the_standby_processes_it_started_and_ends_the_unused_ones():
+STANDBY_SCRIPT = """
+import os, sys, threading
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from pipelines import beam_overhead
+if sys.argv[1:] == ["thread"]:  # a thread running: no fork, workers started as processes of their own
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+driver = os.getpid()
+options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                           "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
+
+def started(_):
+    how = "forked" if beam_overhead.forked_worker else " ".join(sys.argv[1:])
+    return how, os.getppid() == driver, os.getpid() != driver
+
+with beam_overhead.local_run(standby=2):
+    used = list(beam_overhead._standby)
+    with beam.Pipeline(options=options) as p:
+        seen = (p | beam.Create(list(range(40)), reshuffle=False) | "Spread items" >> beam.Reshuffle()
+                | beam.Map(started) | beam.Distinct())
+        assert_that(seen, equal_to([("forked" if sys.argv[1:] != ["thread"] else "--standby", True, True)]))
+print(len(used), [p.returncode for p in used], beam_overhead._standby)
+with beam_overhead.local_run(standby=2):
+    unused = list(beam_overhead._standby)
+    with beam.Pipeline(options=options) as p:
+        assert_that(p | beam.Create([(1, 2), (1, 3)], reshuffle=False) | beam.CombinePerKey(sum),
+                    equal_to([(1, 5)]))
+print(len(unused), all(p.poll() is not None for p in unused), beam_overhead._standby)
+"""
+
+
+@pytest.mark.parametrize("how", ["forked", "thread"])
+def test_a_local_run_hands_its_workers_to_the_standby_processes_it_started_and_ends_the_unused_ones(how):
     """local_run(standby=2) starts two worker processes before the pipeline is built, and the runner hands
-    them its workers' environment instead of starting processes of its own: the mapped step, on the
-    workers, sees `--standby` among its process's arguments, and both end with the run. Standby workers
-    that a run does not use (all its stages stay in the runner process) are ended with it. In a child
-    with a deadline."""
+    them its workers' environment instead of starting processes of its own: the mapped step runs in
+    children of the driver that were forked from it, or, where the driver runs another thread and
+    cannot fork safely, that were started with `--standby`; both end with the run. Standby workers that
+    a run does not use (all its stages stay in the runner process) are ended with it. In a child with a
+    deadline."""
     import subprocess
     import sys
-    import textwrap
 
-    script = textwrap.dedent("""
-        import sys
-        import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
-        from apache_beam.testing.util import assert_that, equal_to
-        from pipelines import beam_overhead
-        options = PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
-                                   "--direct_running_mode=multi_processing", "--no_pipeline_type_check"])
-        with beam_overhead.local_run(standby=2):
-            used = list(beam_overhead._standby)
-            with beam.Pipeline(options=options) as p:
-                args = (p | beam.Create(list(range(40)), reshuffle=False) | "Spread items" >> beam.Reshuffle()
-                        | beam.Map(lambda _: " ".join(sys.argv[1:])) | beam.Distinct())
-                assert_that(args, equal_to(["--standby"]))
-        print(len(used), [p.returncode for p in used], beam_overhead._standby)
-        with beam_overhead.local_run(standby=2):
-            unused = list(beam_overhead._standby)
-            with beam.Pipeline(options=options) as p:
-                assert_that(p | beam.Create([(1, 2), (1, 3)], reshuffle=False) | beam.CombinePerKey(sum),
-                            equal_to([(1, 5)]))
-        print(len(unused), all(p.poll() is not None for p in unused), beam_overhead._standby)
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", STANDBY_SCRIPT, how], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0 and proc.stdout.split("\n")[-3:] == ["2 [0, 0] []", "2 True []", ""], (
         proc.stdout, proc.stderr[-2000:])
@@ -263,10 +275,40 @@ def test_local_worker_runs_the_exit_functions_then_ends_and_a_failed_harness_fai
 
     root = Path(__file__).resolve().parents[1]
     for harness, status in (("lambda argv: None", 0), ("lambda argv: 1 / 0", 1)):
-        script = ("import atexit; from pipelines import local_worker as w; "
-                  f"w.sdk_worker_main.main = {harness}; atexit.register(print, 'exit function ran'); w.main()")
+        script = ("import atexit; from pipelines import beam_overhead as b, local_worker as w; "
+                  f"b.sdk_worker_main.main = {harness}; atexit.register(print, 'exit function ran'); w.main()")
         proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
         assert proc.returncode == status and proc.stdout.strip() == "exit function ran", proc.stderr[-2000:]
+        assert ("ZeroDivisionError" in proc.stderr) == bool(status)
+
+
+def test_a_forked_worker_runs_its_own_exit_functions_not_the_driver_s_and_a_failed_harness_fails_it():
+    """A standby worker forked from the driver waits for its environment on its pipe, runs the harness,
+    then its own exit functions (the driver's are not its to run: they run once, in the driver) and ends
+    with status 0; a harness that raises ends it with the traceback, its exit functions, status 1."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root = Path(__file__).resolve().parents[1]
+    for body, status in (("pass", 0), ("1 / 0", 1)):
+        script = textwrap.dedent(f"""
+            import atexit, json, os
+            from pipelines import beam_overhead
+            def harness(argv):
+                atexit.register(print, "worker exit function ran", flush=True)
+                {body}
+            beam_overhead.sdk_worker_main.main = harness
+            atexit.register(print, "driver exit function ran")
+            worker = beam_overhead._fork_worker()
+            worker.stdin.write(json.dumps({{"PATH": os.environ["PATH"]}}).encode() + b"\\n")
+            worker.stdin.close()
+            print("status", worker.wait(), flush=True)
+        """)
+        proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split("\n") == ["worker exit function ran", f"status {status}", "driver exit function ran",
+                                          ""], (proc.stdout, proc.stderr[-2000:])
         assert ("ZeroDivisionError" in proc.stderr) == bool(status)
 
 
