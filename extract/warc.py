@@ -385,6 +385,53 @@ class _Members(_ReadAhead):
         return bytes(self.buf[pos - self.buf_pos:pos - self.buf_pos + n])
 
 
+def _one_record_member(members: _Members, pos: int, max_record_bytes: int) -> tuple[RawRecord | ReadError, int] | None:
+    """(its unit, the file offset past it) when the gzip member at `pos` inflates without error to exactly
+    one framed record, CR/LF bytes around it aside (Common Crawl's files hold nothing else); else None,
+    and the member takes the general path (`_Member` and `_Framer`), which yields the same unit for
+    such a member: the same version line, header end, Content-Length and block, read in one go."""
+    inflater = zlib.decompressobj(31)
+    out, fed, pieces, inflated = [], 0, 0, 0
+    while not inflater.eof:
+        if inflater.unconsumed_tail:
+            piece = inflater.unconsumed_tail
+        else:
+            offset = pos - members.buf_pos + fed
+            if offset >= len(members.buf) and not members.fill():
+                return None  # truncated
+            size = min(FIRST_PIECE << pieces, READ_CHUNK)  # as `_Member`: small pieces first
+            with memoryview(members.buf) as view:
+                piece = bytes(view[offset:offset + size])
+            fed += len(piece)
+            pieces += 1
+        try:
+            chunk = inflater.decompress(piece, READ_CHUNK)
+        except zlib.error:
+            return None  # corrupt
+        inflated += len(chunk)
+        if inflated > max_record_bytes + MAX_HEADER_BYTES:
+            return None  # no record under the cap: too large, or a bomb
+        out.append(chunk)
+    data = b"".join(out)
+    start = len(data) - len(data.lstrip(BLANK))
+    if VERSION_LINE.match(data, start) is None:
+        return None
+    header_max = start + MAX_HEADER_BYTES
+    crlf = data.find(b"\r\n\r\n", start, header_max)
+    lf = data.find(b"\n\n", start, crlf if crlf >= 0 else header_max)  # as `_Framer._header_end`
+    if lf < 0 and crlf < 0:
+        return None
+    header_end = lf + 2 if lf >= 0 else crlf + 4
+    m = CONTENT_LENGTH.search(data, start, header_end)
+    if m is None:
+        return None
+    length = int(m.group(1))
+    end = header_end + length
+    if length > max_record_bytes or end > len(data) or data[end:].strip(BLANK):
+        return None  # over the cap, cut short, or more than one record
+    return _parse_framed(data[start:end], pos, max_record_bytes), pos + fed - len(inflater.unused_data)
+
+
 def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterator[RawRecord | ReadError]:
     """Member by member from file offset `start`: each member's records, or one unit per damage."""
     members = _Members(stream, start)
@@ -401,6 +448,11 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
             if nxt is None:
                 return
             pos = nxt
+            continue
+        one = _one_record_member(members, pos, max_record_bytes)
+        if one is not None:  # what the framing below yields for such a member, at a third of its cost
+            item, pos = one
+            yield item
             continue
         member = _Member(members, pos)
         framer = _Framer(member.read, max_record_bytes, pos, lambda: bool(member.error),

@@ -199,3 +199,41 @@ def test_decompression_bomb_member_is_left_early_and_the_next_member_read():
     assert [type(i).__name__ for i in items] == ["RawRecord", "ReadError", "RawRecord"]
     assert items[1].reason == "not_warc_data" and "gave up" in items[1].detail
     assert items[1].skipped < 64 << 20  # left long before its end
+
+
+def test_one_record_members_read_as_the_general_framing_reads_them(monkeypatch):
+    """A gzip member that inflates to one framed record is read in one go (`_one_record_member`); the
+    general path (`_Member` and `_Framer`) is its oracle: the same units, offsets and payloads, on the
+    real fixtures, under a record cap, and on damaged copies (bytes flipped, cut, inserted or deleted;
+    members holding only blank bytes, junk or two records)."""
+    import random
+
+    from extract import warc
+
+    def units(data: bytes, cap: int, general: bool) -> list[str]:
+        with monkeypatch.context() as m:
+            if general:
+                m.setattr(warc, "_one_record_member", lambda *args: None)
+            return [repr(u) for u in iter_records(io.BytesIO(data), cap)]
+
+    rng = random.Random(0)
+    base = b"".join(real_members())
+    cases = [MINI.read_bytes(), (DATA / "warc" / "whirlwind.warc.gz").read_bytes()]
+    for t in range(60):
+        d = bytearray(base)
+        at = rng.randrange(len(d))
+        if t % 5 == 0:
+            d[at] ^= 1 + rng.randrange(255)
+        elif t % 5 == 1:
+            del d[at:]
+        elif t % 5 == 2:
+            d[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 300)))
+        elif t % 5 == 3:
+            del d[at:at + rng.randint(1, 5000)]
+        else:
+            member = rng.choice([b"\r\n" * 50, b"junk", bytes(response_record("http://a.example/", b"x")) * 2])
+            d[at:at] = gz(member)
+        cases.append(bytes(d))
+    for data in cases:
+        for cap in (64 << 20, 3000):
+            assert units(data, cap, general=False) == units(data, cap, general=True)
