@@ -501,6 +501,8 @@ def run(cfg, stages: list[str] | None = None, force: bool = False, echo: bool = 
             if with_audit:
                 add_audit(p, root, audited, STAGES[audited[-1]].documents, audit_ready)
             graph = p.to_runner_api() if dry_run else None
+            if runner in LOCAL_RUNNERS:
+                beam_overhead.graph_built()
         summary["wall_s"] = round(time.time() - started, 2)
         msecs = transform_msecs(p.result) if cfg.stage_cost and not dry_run else {}
     if dry_run:

@@ -312,6 +312,23 @@ def test_a_forked_worker_runs_its_own_exit_functions_not_the_driver_s_and_a_fail
         assert ("ZeroDivisionError" in proc.stderr) == bool(status)
 
 
+def test_a_local_run_keeps_what_exists_out_of_collections_until_it_ends():
+    """What exists as a local run begins, and once its graph is built, is frozen (not traversed by the
+    collector) for the run, and handed back when it ends, also when the run fails."""
+    import gc
+
+    with beam_overhead.local_run():
+        assert gc.get_freeze_count() > 0
+        before = gc.get_freeze_count()
+        beam_overhead.graph_built()
+        assert gc.get_freeze_count() >= before
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError):
+        with beam_overhead.local_run():
+            raise RuntimeError("the run failed")
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_worker_gets_the_fixes_only_from_a_local_run():
     """Importing pipelines.stage (what unpickling our DoFns does in any worker) installs nothing in a
     worker of another runner (Dataflow, Flink, Spark, Prism); in a worker process a local run started
