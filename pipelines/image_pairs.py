@@ -536,20 +536,25 @@ class ImagePairs(beam.PTransform):
         refs = pages | "ExtractRefs" >> beam.ParDo(_ExtractRefs(cfg)).with_outputs(DROPPED, COUNTERS, main="refs")
         counters.append(refs[COUNTERS])
         drops.append(refs[DROPPED])
-        all_refs = refs.refs
+        ref_parts = [refs.refs]
         if recycled:
             again = recycled[0] | "RecycledRefs" >> beam.ParDo(_RecycledRefs(cfg)).with_outputs(
                 DROPPED, COUNTERS, main="refs")
             counters.append(again[COUNTERS])
             drops.append(again[DROPPED])
-            all_refs = (refs.refs, again.refs) | "AllRefs" >> beam.Flatten()
+            ref_parts.append(again.refs)
 
-        needed = all_refs | "Urls" >> beam.Keys() | "DistinctUrls" >> beam.Distinct()
+        # Each part's references are taken apart where the part is made, and only their URLs flattened:
+        # a Flatten of the references themselves would be a stage of its own that decodes every one again
+        # (in the runner process, on a local run).
+        needed = ([part | f"Urls{k or ''}" >> beam.Keys() for k, part in enumerate(ref_parts)]
+                  | "AllUrls" >> beam.Flatten() | "DistinctUrls" >> beam.Distinct())
         got = (needed, records) | "ImageBytes" >> ImageBytes(cfg)
         counters.append(got.counters)
 
         # refs -> sha256 (by URL), then the exact-duplicate group (by sha256)
-        resolved = ((all_refs | "TagRefs" >> beam.MapTuple(lambda url, row: (url, (_REF, row))),
+        resolved = ((*(part | f"TagRefs{k or ''}" >> beam.MapTuple(lambda url, row: (url, (_REF, row)))
+                       for k, part in enumerate(ref_parts)),
                      got.url_sha,
                      got.failed | "TagFailed" >> beam.MapTuple(lambda url, reason, detail: (url, (_FAIL, reason, detail))))
                     | "FlattenUrl" >> beam.Flatten() | "GroupUrl" >> beam.GroupByKey()

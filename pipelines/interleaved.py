@@ -235,10 +235,12 @@ def _without_images(nodes: list[dict], removed) -> list[dict]:
 
 
 def _without_frequent(element):
-    """(doc id, {"doc": [doc], "frequent": [positions]}) -> the document without those image nodes,
-    adjacent text blocks joined; or a `no_images` drop when no image is left."""
+    """(doc id, {"doc0": [doc], "doc1": [], "frequent": [positions]}: the document, from the web pages
+    or the PDFs) -> the document without those image nodes, adjacent text blocks joined; or a
+    `no_images` drop when no image is left."""
     _, group = element
-    doc, *repeats = sorted(group["doc"], key=lambda d: (d["warc_file"] or "", d["warc_offset"] or 0))
+    docs = [doc for tag, found in group.items() if tag != "frequent" for doc in found]
+    doc, *repeats = sorted(docs, key=lambda d: (d["warc_file"] or "", d["warc_offset"] or 0))
     for repeat in repeats:  # one id read twice (a record copied into two files): one document
         yield counter("dropped/duplicate_record")
         yield dropped(drop_row(repeat, "interleaved", "duplicate_record", f"{doc['warc_file']}@{doc['warc_offset']}",
@@ -261,6 +263,12 @@ def _without_frequent(element):
     partition = image_set_key(n["image_url"] for n in nodes if n["type"] == "image")
     yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text,
            PARTITION: partition}
+
+
+def _url_refs(doc: dict) -> list[tuple[str, dict]]:
+    """(doc id, {url, position}) of each image node of a stage-1 document."""
+    return [(doc["id"], {"url": n["image_url"], "position": n["position"]})
+            for n in doc["nodes"] if n["type"] == "image"]
 
 
 class InterleavedResult(NamedTuple):
@@ -287,14 +295,17 @@ class BuildInterleavedDocs(beam.PTransform):
             pdf_images = parts[-1].images
         else:
             pdf_images = pages.pipeline | "NoPdfImages" >> beam.Create([])
-        docs, drops, counts = ([part[tag] for part in parts] | f"All {tag}" >> beam.Flatten()
-                               for tag in ("docs", DROPPED, COUNTERS))
-        refs = docs | "ImageRefs" >> beam.FlatMap(
-            lambda doc: [(doc["id"], {"url": n["image_url"], "position": n["position"]})
-                         for n in doc["nodes"] if n["type"] == "image"])
+        drops, counts = ([part[tag] for part in parts] | f"All {tag}" >> beam.Flatten() for tag in (DROPPED, COUNTERS))
+        # Each part's documents are keyed, and their image references taken, where the part is made, and
+        # the join takes each part's documents as an input of its own: a Flatten of the documents would
+        # be a stage of its own that decodes every document again (in the runner process, on a local run).
+        refs = ([part.docs | f"ImageRefs{k or ''}" >> beam.FlatMap(_url_refs) for k, part in enumerate(parts)]
+                | "AllImageRefs" >> beam.Flatten())
         split = refs | "FrequentUrls" >> SplitFrequentImageUrls(self.cfg.max_pages_per_url)
         frequent = split.frequent | "FrequentPositions" >> beam.Map(lambda r: (r[0][0], r[0][1]["position"]))
-        final = ({"doc": docs | "KeyDocs" >> beam.Map(lambda d: (d["id"], d)), "frequent": frequent}
+        keyed = {f"doc{k}": part.docs | f"KeyDocs{k or ''}" >> beam.Map(lambda d: (d["id"], d))
+                 for k, part in enumerate(parts)}
+        final = ({**keyed, "frequent": frequent}
                  | "JoinFrequent" >> beam.CoGroupByKey()
                  | "Assemble" >> beam.FlatMap(_without_frequent).with_outputs(DROPPED, COUNTERS, main="docs"))
         counters = ((counts, final[COUNTERS]) | "AllCounters" >> beam.Flatten()
