@@ -385,7 +385,8 @@ class _Members(_ReadAhead):
         return bytes(self.buf[pos - self.buf_pos:pos - self.buf_pos + n])
 
 
-def _one_record_member(members: _Members, pos: int, max_record_bytes: int) -> tuple[RawRecord | ReadError, int] | None:
+def _one_record_member(members: _Members, pos: int,
+                       max_record_bytes: int) -> tuple[RawRecord | ReadError, int] | None:
     """(its unit, the file offset past it) when the gzip member at `pos` inflates without error to exactly
     one framed record, CR/LF bytes around it aside (Common Crawl's files hold nothing else); else None,
     and the member takes the general path (`_Member` and `_Framer`), which yields the same unit for
@@ -450,7 +451,7 @@ def _gzip_records(stream: BinaryIO, max_record_bytes: int, start: int) -> Iterat
             pos = nxt
             continue
         one = _one_record_member(members, pos, max_record_bytes)
-        if one is not None:  # what the framing below yields for such a member, at a third of its cost
+        if one is not None:  # what the framing below yields for such a member
             item, pos = one
             yield item
             continue
