@@ -556,14 +556,18 @@ def _fork_worker() -> "ForkedWorker":
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the worker: it never returns from here
+        atexit._clear()  # the driver's exit functions are the driver's to run
         try:
             os.close(write_end)
             for other in _standby:  # the earlier workers' pipes: theirs to see closed
                 if isinstance(other, ForkedWorker):
                     os.close(other.stdin.fileno())
             run_forked(read_end)
-        except BaseException:
+        except BaseException:  # as an interpreter ends on an uncaught exception: traceback, exit functions, 1
             traceback.print_exc()
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
         finally:
             os._exit(1)
     os.close(read_end)
@@ -574,12 +578,12 @@ forked_worker = False  # this process is a standby worker forked from the driver
 
 
 def run_forked(read_end: int) -> None:
-    """A standby worker forked from the driver (`start_standby_workers`): it has the driver's modules
-    but none of its exit functions or log handlers, waits for its environment on `read_end` (as
-    pipelines/local_worker.py `--standby` does on stdin), and runs the harness. Never returns."""
+    """A standby worker forked from the driver (`_fork_worker`, which has cleared the driver's exit
+    functions): it has the driver's modules but none of its log handlers, waits for its environment on
+    `read_end` (as pipelines/local_worker.py `--standby` does on stdin), and runs the harness. Returns
+    only by raising."""
     global forked_worker
     forked_worker = True
-    atexit._clear()
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -591,14 +595,7 @@ def run_forked(read_end: int) -> None:
         os._exit(0)
     os.environ.clear()
     os.environ.update(json.loads(line))
-    try:
-        run_harness()
-    except BaseException:  # as an interpreter ends on an uncaught exception: traceback, exit functions, 1
-        traceback.print_exc()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+    run_harness()
 
 
 def run_harness() -> None:
