@@ -214,7 +214,7 @@ def test_a_page_whose_body_the_main_content_heuristics_miss_gives_its_text_witho
     text = extract_main_text(html)
     body = extract_plain_text(html, main_content=False, skip_elements=sandbox.PAGE_LANDMARKS,
                               **sandbox.RESILIPARSE_TEXT_OPTIONS)
-    assert text == sandbox.without_chrome_lines(body, HTMLTree.parse(html))
+    assert text == sandbox.article_lines(body, HTMLTree.parse(html))
     assert sandbox.resiliparse_text(html)[1] and (body != whole) == (page_id == "0575")
     config = QualityConfig()
     judged = clean_for_rules(text, config.c4_line_filter, config.link_list_lines, config.boilerplate_model,
@@ -256,7 +256,7 @@ def test_chrome_lines_go_from_the_second_half_only_and_a_wrapper_is_not_chrome()
             "OK <a>Privacy</a></div></div></body></html>")
     text = "\n".join(["Stay up-to-date on our work.", *paragraphs, "Stay up-to-date on our work.", "OK",
                       "Jane Doe writes about towns.", "Sign up for our newsletter"])
-    kept = sandbox.without_chrome_lines(text, HTMLTree.parse(html)).split("\n")
+    kept = sandbox.article_lines(text, HTMLTree.parse(html)).split("\n")
     assert kept == ["Stay up-to-date on our work.", *paragraphs, "OK"]
 
 
@@ -275,9 +275,36 @@ def test_chrome_lines_stay_linear_on_nested_chrome():
     text = "\n".join(["A line of the article that ends here."] * 20000 + ["Imprint and contact"])
     tree = HTMLTree.parse(html)
     started = time.perf_counter()
-    kept = sandbox.without_chrome_lines(text, tree)
+    kept = sandbox.article_lines(text, tree)
     assert time.perf_counter() - started < 5
     assert kept.split("\n")[-1] != "Imprint and contact" and kept.count("\n") == 19999
+
+
+def test_an_article_starts_at_its_headline():
+    """The lines the main content holds above the page's h1 (a breadcrumb, a section's name, a date) go,
+    through the extractor's call; an h1 that is not among the first HEADLINE_MAX_LINE lines, or whose lead
+    is more than HEADLINE_MAX_LEAD_SHARE of the text, and a text without its h1, keep every line."""
+    from resiliparse.parse.html import HTMLTree
+
+    from extract import sandbox
+
+    story = [f"Paragraph {i} of the story tells the council's vote on the budget in a sentence of prose." for i in range(8)]
+    html = ("<html><body><main><ol class='crumbs'><li>Home</li><li>Politics</li></ol><p>Tuesday, 4 June 2019</p>"
+            "<h1>Council  approves\n the budget</h1>" + "".join(f"<p>{p}</p>" for p in story) + "</main></body></html>")
+    text = extract_main_text(html)
+    assert text.split("\n")[0] == "Council approves the budget" and all(p in text for p in story)
+    assert "Politics" in sandbox.resiliparse_text(html.replace("<h1>", "<h2>").replace("</h1>", "</h2>"))[0]
+
+    tree = HTMLTree.parse(html)
+    lead = "\n".join(f"Section {i}" for i in range(sandbox.HEADLINE_MAX_LINE))
+    late = f"{lead}\nCouncil approves the budget\n" + "\n".join(story)
+    assert sandbox.article_lines(late, tree) == late
+    heavy = "A long lead line of the page before its headline, longer than a third of the text.\n" * 6
+    heavy += "Council approves the budget\n" + "\n".join(story[:2])
+    assert sandbox.article_lines(heavy, tree) == heavy
+    light = "Home\n\nPolitics\nCouncil approves the budget\n" + "\n".join(story)
+    assert sandbox.article_lines(light, tree) == light[light.index("Council"):]
+    assert sandbox.without_lead_lines(light, []) == light == sandbox.without_lead_lines(light, ["Co"])
 
 
 def test_chrome_lines_stay_linear_when_every_chrome_element_is_a_wrapper():
@@ -292,5 +319,5 @@ def test_chrome_lines_stay_linear_when_every_chrome_element_is_a_wrapper():
     depth = 5000
     html = "<html><body>" + "<div class='footer'>" * depth + "word " * 20000 + "</div>" * depth + "</body></html>"
     started = time.perf_counter()
-    assert sandbox.without_chrome_lines("a short text\nof two lines", HTMLTree.parse(html)) == "a short text\nof two lines"
+    assert sandbox.article_lines("a short text\nof two lines", HTMLTree.parse(html)) == "a short text\nof two lines"
     assert time.perf_counter() - started < 5
