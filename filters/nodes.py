@@ -41,9 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from extract.interleaved import CELL_SEPARATOR
 from filters.quality import _MARKS, tokenize
 
-# Runs of characters that are neither letters (any script: \w less digits and "_") nor combining marks:
-# punctuation, symbols, digits, whitespace (matched as runs: far fewer matches than characters).
-_SPECIAL_RUN = re.compile(rf"(?:(?![{_MARKS}])[\W\d_])+")
+# Runs of letters (any script: \w less digits and "_") and runs of combining marks: every other character
+# (punctuation, symbols, digits, whitespace) is a special character. Matched as runs of two plain classes:
+# far fewer matches than characters, and no lookahead at each character.
+_LETTER_OR_MARK_RUN = re.compile(rf"[^\W\d_]+|[{_MARKS}]+")
 # OBELICS's punctuation (, ; : ? ! .), and the same marks of other scripts: full-width and CJK, Arabic
 # (، ؛ ؟ ۔), Greek question mark, Devanagari danda, Armenian, Ethiopic.
 _PUNCTUATION = re.compile("[,;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"
@@ -85,10 +86,18 @@ def char_repetition(text: str, n: int) -> float:
 
 
 def word_repetition(words: list[str], n: int) -> float:
-    """OBELICS's word repetition ratio: the share of word n-grams that occur more than once."""
-    counts = Counter(zip(*(words[i:] for i in range(n))))
+    """OBELICS's word repetition ratio: the share of word n-grams that occur more than once (none where no
+    word does)."""
     total = len(words) - n + 1
-    return sum(c for c in counts.values() if c > 1) / total if total > 0 else 0.0
+    if total <= 0 or len(set(words)) == len(words):
+        return 0.0
+    counts = Counter(zip(*(words[i:] for i in range(n))))
+    return sum(c for c in counts.values() if c > 1) / total
+
+
+def special_characters(text: str) -> int:
+    """How many characters of `text` are neither letters nor combining marks."""
+    return len(text) - sum(map(len, _LETTER_OR_MARK_RUN.findall(text)))
 
 
 def judge_paragraph(text: str, rules: NodeRules) -> str | None:
@@ -102,7 +111,7 @@ def judge_paragraph(text: str, rules: NodeRules) -> str | None:
     if word_repetition(words, rules.word_repetition_n) > rules.max_word_repetition:
         return "node_word_repetition"
     plain = text.replace(CELL_SEPARATOR, " ") if CELL_SEPARATOR in text else text  # cells as the page shows them
-    if sum(map(len, _SPECIAL_RUN.findall(plain))) / len(plain) > rules.max_special_characters:
+    if special_characters(plain) / len(plain) > rules.max_special_characters:
         return "node_special_characters"
     marks = len(_PUNCTUATION.findall(text)) + text.count(CELL_SEPARATOR)
     if len(words) + marks >= rules.punctuation_min_words and marks / (len(words) + marks) < rules.min_punctuation:
