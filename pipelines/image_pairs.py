@@ -36,7 +36,7 @@ from dedup.image import (CosineAtLeast, DedupPairs, HammingWithin, NearDupCluste
                          phash_node, public_row, rank_first_use, rank_largest, rank_most_relevant)
 from dedup.near import COUNTERS
 from filters.image import DEFAULT_FORMATS, DecodeRules
-from pipelines.stage import Section
+from pipelines.stage import Section, Tallying
 
 DROPPED = "dropped"
 PREFIX = "images/"
@@ -168,16 +168,12 @@ IMAGE_SCHEMA = pa.schema([
     ("height", pa.int64()), ("format", pa.string()), ("frames", pa.int64()), ("phash", pa.string())])
 
 
-def _counter(key: str, n: int = 1) -> beam.pvalue.TaggedOutput:
-    return beam.pvalue.TaggedOutput(COUNTERS, (PREFIX + key, n))
-
-
 def _drop(row: dict, reason: str, detail: str = "") -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(DROPPED, (public_row(row), reason, detail))
 
 
 # ---------------------------------------------------------------------------------- references
-class _WithAltRules(beam.DoFn):
+class _WithAltRules(Tallying):
     """Base of the DoFns that apply check_image_ref: the language identifier for `alt_languages`
     loads once per worker."""
 
@@ -204,19 +200,19 @@ class _ExtractRefs(_WithAltRules):
 
         if page.get("source", "html") != "html":
             return
-        yield _counter("pages")
+        self.count(PREFIX + "pages")
         refs, noai, failure, detail = self._refs(page)
         if failure:  # its <img> tags cannot be known: the page itself is one unit of `in`, dropped
-            yield _counter(f"pages_{failure.removeprefix('page_')}")
-            yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
+            self.count(PREFIX + f"pages_{failure.removeprefix('page_')}")
+            self.count("in", 1)
             row = {"id": xxhash.xxh3_128_hexdigest(f"{page['id']}/page".encode()), "page_id": page["id"],
                    "page_url": page["url"], "warc_file": page.get("warc_file", ""),
                    "warc_date": page.get("warc_date", ""), "img_url": "", "position": -1, "alt": ""}
             yield _drop(row, failure, detail)
             return
         if refs:
-            yield _counter("pages_with_img")
-            yield beam.pvalue.TaggedOutput(COUNTERS, ("in", len(refs)))
+            self.count(PREFIX + "pages_with_img")
+            self.count("in", len(refs))
         for ref in refs:
             row = {"id": xxhash.xxh3_128_hexdigest(f"{page['id']}/{ref.position}".encode()), "page_id": page["id"],
                    "page_url": page["url"], "warc_file": page.get("warc_file", ""),
@@ -247,8 +243,8 @@ class _RecycledRefs(_WithAltRules):
     def process(self, cand):
         from extract.images import ImageRef, check_image_ref
 
-        yield beam.pvalue.TaggedOutput(COUNTERS, ("in", 1))
-        yield _counter(f"recycled/from/{cand['recycled_from']}")
+        self.count("in", 1)
+        self.count(PREFIX + f"recycled/from/{cand['recycled_from']}")
         chars, limit = self.cfg.context_chars, self.cfg.recycle.adjacent_max_chars
         before, after = (cand["text_before"] or "")[-chars:], (cand["text_after"] or "")[:chars]
         row = {"id": xxhash.xxh3_128_hexdigest(f"{cand['page_id']}/{cand['position']}/recycled".encode()),
@@ -264,7 +260,7 @@ class _RecycledRefs(_WithAltRules):
             ref = ImageRef(cand["page_url"], cand["img_url"], text, None, None, cand["position"], before, after)
             reason = check_image_ref(ref, self.cfg, self.lid)
             if reason is None:
-                yield _counter(f"recycled/{source}")
+                self.count(PREFIX + f"recycled/{source}")
                 yield cand["img_url"], {**row, "alt": text, "text_source": source}
                 return
             first_failure = first_failure or reason
@@ -272,7 +268,7 @@ class _RecycledRefs(_WithAltRules):
 
 
 # ------------------------------------------------------------------------------------ image bytes
-class _PickCapture(beam.DoFn):
+class _PickCapture(Tallying):
     """(url, {"need": [...], "stored": [image records]}) -> (url, bytes) from the capture with the
     smallest sha256 (deterministic when a URL was captured more than once), a (url, reason, detail)
     refusal when the capture opted out of AI use, or the url under "missing"."""
@@ -287,7 +283,7 @@ class _PickCapture(beam.DoFn):
         stored = list(groups["stored"])
         if not list(groups["need"]):
             if stored:
-                yield _counter("warc_records_unreferenced", len(stored))
+                self.count(PREFIX + "warc_records_unreferenced", len(stored))
             return
         if not stored:
             yield beam.pvalue.TaggedOutput("missing", url)
@@ -296,11 +292,11 @@ class _PickCapture(beam.DoFn):
         if robots_tag_disallows_ai(record.get("x_robots_tag") or "", self.agent):
             yield beam.pvalue.TaggedOutput("failed", (url, "robots_noai", record["x_robots_tag"]))
             return
-        yield _counter("from_warc")
+        self.count(PREFIX + "from_warc")
         yield url, record["payload"]
 
 
-class _Fetch(beam.DoFn):
+class _Fetch(Tallying):
     """A batch of URLs -> (url, bytes) or (url, reason, detail) under "failed", fetched concurrently
     by one SafeFetcher per worker."""
 
@@ -324,10 +320,10 @@ class _Fetch(beam.DoFn):
     def process(self, urls):
         for url, result in zip(urls, self.pool.map(self.fetcher.fetch, urls)):
             if result.reason:
-                yield _counter(f"fetch/{result.reason}")
+                self.count(PREFIX + f"fetch/{result.reason}")
                 yield beam.pvalue.TaggedOutput("failed", (url, result.reason, result.detail))
             else:
-                yield _counter("fetch/ok")
+                self.count(PREFIX + "fetch/ok")
                 yield url, result.bytes
 
 
@@ -343,7 +339,7 @@ def _any(values):
     return next(iter(values))
 
 
-class _Decode(beam.DoFn):
+class _Decode(Tallying):
     """(sha256, bytes) -> (sha256, (IMG, image row)) or (sha256, (FAIL, reason, ""))."""
 
     def __init__(self, rules: DecodeRules):
@@ -355,10 +351,10 @@ class _Decode(beam.DoFn):
         sha, payload = element
         decoded = decode_image(payload, self.rules)
         if isinstance(decoded, str):
-            yield _counter(f"rejected/{decoded}")
+            self.count(PREFIX + f"rejected/{decoded}")
             yield sha, (_FAIL, decoded, "")
             return
-        yield _counter("decoded")
+        self.count(PREFIX + "decoded")
         yield sha, (_IMG, {"id": sha, "sha256": sha, "bytes": payload, "width": decoded.width,
                            "height": decoded.height, "format": decoded.format, "frames": decoded.frames,
                            "phash": f"{decoded.phash:016x}"})
@@ -382,7 +378,7 @@ class _ResolveUrl(beam.DoFn):
                     yield outcome[1], (_REF, v[1])
 
 
-class _AttachImage(beam.DoFn):
+class _AttachImage(Tallying):
     """(sha, [(IMG, image) | (FAIL, reason, detail)] + [(REF, row)...]): the exact-duplicate group.
     The first pass finds the image and the best-ranked use; the second emits that use as a pair
     (carrying the image) and drops the other uses as image_exact_dup."""
@@ -413,11 +409,11 @@ class _AttachImage(beam.DoFn):
                 yield {**public_row(row), "image_sha256": sha, "width": image["width"], "height": image["height"],
                        "format": image["format"], "phash": image["phash"], "scores": {}, "image": image}
         if uses > 1 and failure is None:
-            yield _counter("exact/clusters")
+            self.count(PREFIX + "exact/clusters")
 
 
 # -------------------------------------------------------------------------------------- relevance
-class _Score(beam.DoFn):
+class _Score(Tallying):
     """A batch of pairs -> each with scores.clip (cosine of image and alt embeddings), or dropped as
     low_relevance. With embedding dedup on, the pair also carries its unit image embedding and its
     SimHash. The model loads once per worker in setup()."""
@@ -451,7 +447,7 @@ class _Score(beam.DoFn):
         for pair, vector, score, bits in zip(batch, img, scores, hashes):
             score = round(float(score), 6)
             pair = {**pair, "scores": dict(sorted({**dict(pair["scores"]), "clip": score}.items()))}
-            yield _counter("relevance/scored")
+            self.count(PREFIX + "relevance/scored")
             if score < threshold:
                 yield _drop(pair, "low_relevance", f"{score:.4f} < {threshold}")
             elif dedup:

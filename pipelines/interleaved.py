@@ -47,7 +47,7 @@ from pipelines import io
 from pipelines.io import SCORES
 from pipelines.image_pairs import ImagePairsConfig, PhashConfig, RelevanceConfig
 from pipelines.stage import (COUNTERS, DROPPED, READS_INPUT, STAGES, Built, DocumentStage, DocumentStep, Drop, Section,
-                             Stage, counter, drop_row, dropped, register, with_scores)
+                             Stage, Tallying, drop_row, dropped, register, with_scores)
 from pipelines.stages import (ApplyQualityRules, ExactDedupStage, IdentifyLanguage, NearDedupStage, ScoreSyntheticText,
                               WriteStage)
 
@@ -118,7 +118,7 @@ def pdf_image_url(pdf_url: str, page: int, index: int) -> str:
     return f"{pdf_url}#page={page}&image={index}"
 
 
-class _ParsePdf(beam.DoFn):
+class _ParsePdf(Tallying):
     """A PDF response (OUT/docs/pdf row) -> its document (kind "pdf": text blocks and images in reading
     order, page numbers on the nodes; extract/pdf.py, run in a child process with a deadline and a
     memory limit: extract/sandbox.py) and its embedded images as image records (tag "images"); or a
@@ -131,8 +131,8 @@ class _ParsePdf(beam.DoFn):
     def process(self, pdf):
         from extract.sandbox import SandboxError, parse_pdf
 
-        yield counter("in")
-        yield counter("pdf/in")
+        self.count("in")
+        self.count("pdf/in")
         base = {k: pdf.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         try:
             parsed = parse_pdf(pdf["payload"], self.cfg.pdf_timeout_ms, self.cfg.pdf_memory_mb,
@@ -141,14 +141,14 @@ class _ParsePdf(beam.DoFn):
         except SandboxError as err:
             parsed, (reason, detail) = {"pages": 0, "nodes": []}, err.args
         images = [n for n in parsed["nodes"] if n["type"] == "image"]
-        yield counter("pdf/pages", parsed["pages"])
+        self.count("pdf/pages", parsed["pages"])
         if not reason:
-            yield counter("images/in", len(images))
+            self.count("images/in", len(images))
         if reason:
-            yield counter(f"dropped/{reason}")
+            self.count(f"dropped/{reason}")
             if reason == "pdf_no_text_layer":
-                yield counter("pdf/no_text_layer_pages", parsed["pages"])
-                yield counter("pdf/no_text_layer_images", len(images))
+                self.count("pdf/no_text_layer_pages", parsed["pages"])
+                self.count("pdf/no_text_layer_images", len(images))
             yield dropped(drop_row(base, "interleaved", reason, detail, text=""))
             return
         nodes = []
@@ -162,11 +162,11 @@ class _ParsePdf(beam.DoFn):
             yield beam.pvalue.TaggedOutput("images", {
                 "id": hashlib.sha1(url.encode("utf-8")).hexdigest()[:32], "url": url, "payload": node["data"], "content_type": f"image/{node['format'].lower()}",
                 "x_robots_tag": "", "warc_date": pdf.get("warc_date")})
-        yield counter("pdf/images", len(images))
+        self.count("pdf/images", len(images))
         yield {**base, "kind": "pdf", "lang": "", "nodes": nodes, "scores": {}}
 
 
-class _Linearise(beam.DoFn):
+class _Linearise(Tallying):
     """Page -> its document (image nodes carry `position`), with the URL rules applied per image; a
     page that cannot be read is one dropped document."""
 
@@ -176,19 +176,19 @@ class _Linearise(beam.DoFn):
     def process(self, page):
         if page.get("source", "html") != "html":
             return
-        yield counter("in")
+        self.count("in")
         doc, noai, failure, detail = self._linearise(page)
         base = {k: page.get(k) for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         if failure:
-            yield counter(f"dropped/{failure}")
+            self.count(f"dropped/{failure}")
             yield dropped(drop_row(base, "interleaved", failure, detail, text=""))
             return
         from extract.images import check_image_url
 
         nodes = []
         images = len(doc.images) + len(doc.chrome_images)
-        yield counter("images/in", images)
-        yield counter("images/chrome", len(doc.chrome_images))
+        self.count("images/in", images)
+        self.count("images/chrome", len(doc.chrome_images))
         for node in doc.nodes:
             if node.type == "text":
                 nodes.append({"type": "text", "text": node.text})
@@ -197,7 +197,7 @@ class _Linearise(beam.DoFn):
             reason = ("page_noai" if noai
                       else check_image_url(node.image, self.cfg.min_side, self.cfg.chrome_words))
             if reason:
-                yield counter(f"images/{reason}")
+                self.count(f"images/{reason}")
                 continue
             nodes.append({"type": "image", "image_url": node.image.url, "alt": node.image.alt,
                           "caption": node.caption, "position": node.image.position})
@@ -234,35 +234,37 @@ def _without_images(nodes: list[dict], removed) -> list[dict]:
     return out
 
 
-def _without_frequent(element):
+class _Assemble(Tallying):
     """(doc id, {"doc0": [doc], "doc1": [], "frequent": [positions]}: the document, from the web pages
     or the PDFs) -> the document without those image nodes, adjacent text blocks joined; or a
     `no_images` drop when no image is left."""
-    _, group = element
-    docs = [doc for tag, found in group.items() if tag != "frequent" for doc in found]
-    doc, *repeats = sorted(docs, key=lambda d: (d["warc_file"] or "", d["warc_offset"] or 0))
-    for repeat in repeats:  # one id read twice (a record copied into two files): one document
-        yield counter("dropped/duplicate_record")
-        yield dropped(drop_row(repeat, "interleaved", "duplicate_record", f"{doc['warc_file']}@{doc['warc_offset']}",
-                               text=""))
-    frequent = set(group["frequent"])
-    if frequent:
-        yield counter("images/frequent_url", len(frequent))
-    nodes = _without_images(doc["nodes"], lambda n: n["position"] in frequent)
-    kept = sum(1 for n in nodes if n["type"] == "image")
-    if kept == 0 and needs_images(doc):
-        yield counter("dropped/no_images")
-        text = "\n\n".join(n["text"] for n in nodes)
-        yield dropped(drop_row(doc, "interleaved", "no_images", text=text))
-        return
-    yield counter("images/kept", kept)
-    yield counter("out")
-    text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")  # what the text verdicts judge
-    # the same text with other figures is another document: stage 1's dedup compares only documents
-    # with the same image URLs (stage 3 compares the images themselves)
-    partition = image_set_key(n["image_url"] for n in nodes if n["type"] == "image")
-    yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text,
-           PARTITION: partition}
+
+    def process(self, element):
+        _, group = element
+        docs = [doc for tag, found in group.items() if tag != "frequent" for doc in found]
+        doc, *repeats = sorted(docs, key=lambda d: (d["warc_file"] or "", d["warc_offset"] or 0))
+        for repeat in repeats:  # one id read twice (a record copied into two files): one document
+            self.count("dropped/duplicate_record")
+            yield dropped(drop_row(repeat, "interleaved", "duplicate_record",
+                                   f"{doc['warc_file']}@{doc['warc_offset']}", text=""))
+        frequent = set(group["frequent"])
+        if frequent:
+            self.count("images/frequent_url", len(frequent))
+        nodes = _without_images(doc["nodes"], lambda n: n["position"] in frequent)
+        kept = sum(1 for n in nodes if n["type"] == "image")
+        if kept == 0 and needs_images(doc):
+            self.count("dropped/no_images")
+            text = "\n\n".join(n["text"] for n in nodes)
+            yield dropped(drop_row(doc, "interleaved", "no_images", text=text))
+            return
+        self.count("images/kept", kept)
+        self.count("out")
+        text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")  # what the text verdicts judge
+        # the same text with other figures is another document: stage 1's dedup compares only documents
+        # with the same image URLs (stage 3 compares the images themselves)
+        partition = image_set_key(n["image_url"] for n in nodes if n["type"] == "image")
+        yield {**doc, "nodes": [{name: n.get(name) for name in NODE.names} for n in nodes], "text": text,
+               PARTITION: partition}
 
 
 def _url_refs(doc: dict) -> list[tuple[str, dict]]:
@@ -307,7 +309,7 @@ class BuildInterleavedDocs(beam.PTransform):
                  for k, part in enumerate(parts)}
         final = ({**keyed, "frequent": frequent}
                  | "JoinFrequent" >> beam.CoGroupByKey()
-                 | "Assemble" >> beam.FlatMap(_without_frequent).with_outputs(DROPPED, COUNTERS, main="docs"))
+                 | "Assemble" >> beam.ParDo(_Assemble()).with_outputs(DROPPED, COUNTERS, main="docs"))
         counters = ((counts, final[COUNTERS]) | "AllCounters" >> beam.Flatten()
                     | "SumCounters" >> beam.CombinePerKey(sum))
         return InterleavedResult(final.docs, (drops, final[DROPPED]) | "AllDrops" >> beam.Flatten(),
@@ -328,7 +330,7 @@ def _url_outcomes(element):
         yield url, outcome
 
 
-class _AttachImages(beam.DoFn):
+class _AttachImages(Tallying):
     """(doc id, {"doc": [doc], "images": [(url, outcome)]}) -> the document with each image node's
     sha256, decoded size and visual tokens, the images that failed (counted by reason) or repeat an
     earlier node's bytes (`images/repeated_in_doc`) removed; dropped as `no_images` when none is left,
@@ -346,15 +348,15 @@ class _AttachImages(beam.DoFn):
         outcomes = dict(group["images"])
         policy = self.cfg.vision.policy()
         seen, nodes = set(), []
-        yield counter("images/in", sum(1 for n in doc["nodes"] if n["type"] == "image"))
+        self.count("images/in", sum(1 for n in doc["nodes"] if n["type"] == "image"))
         for node in doc["nodes"]:
             if node["type"] == "image":
                 outcome = outcomes[node["image_url"]]
                 if outcome[0] == "fail":
-                    yield counter(f"images/{outcome[1]}")
+                    self.count(f"images/{outcome[1]}")
                     node = None
                 elif outcome[1] in seen:
-                    yield counter("images/repeated_in_doc")
+                    self.count("images/repeated_in_doc")
                     node = None
                 else:
                     _, sha, width, height, phash = outcome
@@ -371,8 +373,8 @@ class _AttachImages(beam.DoFn):
         if len(images) > self.cfg.max_images:
             yield dropped(drop_row(doc, "interleaved_images", "too_many_images", f"{len(images)} images"))
             return
-        yield counter("images/kept", len(images))
-        yield counter("visual_tokens", sum(n["visual_tokens"] for n in images))
+        self.count("images/kept", len(images))
+        self.count("visual_tokens", sum(n["visual_tokens"] for n in images))
         for n in images:
             yield beam.pvalue.TaggedOutput("used", (n["image_sha256"], True))
         yield doc
@@ -504,7 +506,7 @@ def _sum_uses(values):
     return sum(v[0] for v in values), min(v[1] for v in values)
 
 
-class _RemoveFrequent(beam.DoFn):
+class _RemoveFrequent(Tallying):
     """(doc id, {"doc": [doc], "images": [(sha256, (reach, identity))]}) -> the document without the
     images on more than `max_docs` documents and without later copies of an image it already shows
     (same identity: a resized or recompressed copy, `images/repeated_in_doc_near`; exact copies went
@@ -529,9 +531,9 @@ class _RemoveFrequent(beam.DoFn):
         removed = frequent | repeated
         nodes = _without_images(doc["nodes"], lambda n: n["image_sha256"] in removed)
         if frequent:
-            yield counter("images/frequent_image", len(frequent))
+            self.count("images/frequent_image", len(frequent))
         if repeated:
-            yield counter("images/repeated_in_doc_near", len(repeated))
+            self.count("images/repeated_in_doc_near", len(repeated))
         text = "\n\n".join(n["text"] for n in nodes if n["type"] == "text")
         images = [n["image_sha256"] for n in nodes if n["type"] == "image"]
         doc = {**doc, "nodes": nodes, "text": text}
@@ -551,7 +553,7 @@ def image_text(nodes: list[dict], i: int) -> str:
     return next((t.strip() for t in (node.get("alt"), node.get("caption"), after, before) if t and t.strip()), "")
 
 
-class _ScoreRelevance(beam.DoFn):
+class _ScoreRelevance(Tallying):
     """A batch of (doc, [image bytes]) -> each document without the images whose CLIP/SigLIP cosine
     with their text (image_text) is below `relevance.threshold` (`images/low_relevance`), its lowest
     kept cosine in scores.clip_min (rounded to 1e-4: batch composition never changes a byte); or
@@ -578,10 +580,10 @@ class _ScoreRelevance(beam.DoFn):
         threshold = self.relevance.threshold
         for doc, _ in batch:
             score = {id(n): next(cosines) for n in doc["nodes"] if n["type"] == "image"}  # by node identity
-            yield counter("images/relevance/scored", len(score))
+            self.count("images/relevance/scored", len(score))
             low = {k for k, c in score.items() if c < threshold}
             if low:
-                yield counter("images/low_relevance", len(low))
+                self.count("images/low_relevance", len(low))
             nodes = _without_images(doc["nodes"], lambda n: id(n) in low)
             kept = [c for k, c in score.items() if k not in low]
             doc = {**doc, "nodes": nodes}
@@ -647,7 +649,7 @@ class InterleavedVlmConfig(Section):
                                                           "(vlm_low_score); set it per model")
 
 
-class _ScoreVlm(beam.DoFn):
+class _ScoreVlm(Tallying):
     """A batch of (doc, [image bytes in node order]) -> each document with scores.vlm (the expected
     rating, rounded to 1e-4 so that float noise from batch composition never changes a byte), or
     dropped as vlm_low_score (tag "recycle": the document, for its images). The model loads once per
@@ -670,7 +672,7 @@ class _ScoreVlm(beam.DoFn):
                    "\n\n".join(n["text"] for n in doc["nodes"] if n["type"] == "text")) for doc, images in batch]
         for (doc, _), score in zip(batch, self.scorer.score(inputs)):
             doc = with_scores(doc, vlm=round(score, 4))
-            yield counter("vlm/scored")
+            self.count("vlm/scored")
             if doc["scores"]["vlm"] < self.cfg.min_score:
                 yield dropped(drop_row(doc, "interleaved_vlm", "vlm_low_score",
                                        f"{doc['scores']['vlm']:.4f} < {self.cfg.min_score}"))

@@ -136,12 +136,28 @@ class Built(NamedTuple):
     written: tuple = ()
 
 
-class DocumentStep(beam.DoFn):
+class Tallying(beam.DoFn):
+    """Base of the DoFns that count what they do per element: `self.count(key, n)` adds to the bundle's
+    tally, which finish_bundle emits as one counter per key. A counter output per element would cross
+    to the runner and through the counters' Flatten and combine one element at a time (several per page);
+    a tally is a dict increment, and bundle outputs commit together, so a retried bundle counts once.
+    A subclass with its own start_bundle or finish_bundle calls these."""
+
+    def start_bundle(self):
+        self._tally = Counter()
+
+    def count(self, key: str, n: int = 1) -> None:
+        self._tally[key] += n
+
+    def finish_bundle(self):
+        for key, n in self._tally.items():
+            yield _in_global_window(counter(key, n))
+
+
+class DocumentStep(Tallying):
     """Base of the per-document steps: `step(doc)` returns the kept document or a `Drop`; extra
     counters go through `self.count(key, n)`. The base tallies each bundle's `in`, `out`,
-    `dropped/<reason>` and extra counters and emits them once in finish_bundle (a dict increment per
-    document instead of a counting combiner per stage boundary; bundle outputs commit together, so a
-    retried bundle counts once), and turns every Drop into a drop row.
+    `dropped/<reason>` and extra counters (Tallying), and turns every Drop into a drop row.
 
     With `batch` > 1 documents are buffered and stepped `batch` at a time, back to back, after one
     `prepare(batch)` call (batched model calls; native code that runs faster with nothing in between).
@@ -153,11 +169,8 @@ class DocumentStep(beam.DoFn):
         self.stage, self.cfg = stage, cfg
 
     def start_bundle(self):
-        self._tally = Counter()
+        super().start_bundle()
         self._buffer = []
-
-    def count(self, key: str, n: int = 1) -> None:
-        self._tally[key] += n
 
     def process(self, doc):
         if self.batch <= 1:
@@ -186,8 +199,7 @@ class DocumentStep(beam.DoFn):
     def finish_bundle(self):
         for out in self._drain():
             yield _in_global_window(out)
-        for key, n in self._tally.items():
-            yield _in_global_window(counter(key, n))
+        yield from super().finish_bundle()
 
     def prepare(self, docs: list[dict]) -> None:
         """Called with each batch before its documents are stepped."""

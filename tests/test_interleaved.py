@@ -376,6 +376,7 @@ def test_a_recycled_image_takes_the_first_text_that_passes_the_pair_rules():
 
     step = _RecycledRefs(ImagePairsConfig.model_validate({"recycle": {"adjacent_max_chars": 60}}))
     step.setup()
+    step.start_bundle()
     base = {"page_id": "p" * 32, "page_url": "https://x.org/a", "warc_file": "f", "warc_date": "", "position": 3,
             "img_url": "https://x.org/figure.jpg", "recycled_from": "interleaved_vlm/vlm_low_score"}
 
@@ -547,8 +548,11 @@ def test_a_page_that_cannot_hold_an_img_is_not_walked_and_image_tags_count_as_im
             "html": "<html><body><nav>Home | News</nav><h1>A title</h1><p>" + "Words of an article. " * 40
                     + "</p><footer>Contact</footer></body></html>"}
     stage = _Linearise(InterleavedConfig())
-    def outputs():
-        return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o for o in stage.process(page)]
+
+    def outputs():  # what the page gives, and the bundle's counters
+        stage.start_bundle()
+        out = [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o for o in stage.process(page)]
+        return out + [(o.tag, o.value.value) for o in stage.finish_bundle()]
 
     skipped = outputs()
     monkeypatch.setattr(extract.images, "may_hold_images", lambda _html: True)  # force the DOM walk
