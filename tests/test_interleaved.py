@@ -426,9 +426,10 @@ def test_images_below_the_relevance_threshold_leave_their_document(tmp_path):
 
     def outcome(threshold):
         step.relevance = relevance.model_copy(update={"threshold": threshold})
+        step.start_bundle()
         out = list(step.process([(doc, data)]))
         tagged = [o for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
-        counters = dict(o.value for o in tagged if o.tag == "counters")
+        counters = dict(o.value.value for o in step.finish_bundle() if o.tag == "counters")  # the bundle's tally
         assert counters["images/relevance/scored"] == 2
         return [o for o in out if not isinstance(o, beam.pvalue.TaggedOutput)], \
             [o.value for o in tagged if o.tag == "dropped"], counters
