@@ -32,7 +32,8 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from pipelines import beam_overhead, io
 from pipelines.audit import add_audit, audit_report
 from pipelines.config import ConfigError, UserError, stage_fingerprint
-from pipelines.stage import LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, RunPlan, note_writes, set_plan
+from pipelines.stage import (COUNTERS, LOCAL_RUNNERS, READS_INPUT, READS_PREVIOUS, RunPlan, Tallying, note_writes,
+                             set_plan)
 from pipelines.registry import STAGES
 from pipelines.progress import Progress
 from pipelines.stats import format_table, stage_costs, transform_msecs
@@ -130,9 +131,21 @@ def _write_stats(root: str, names: list[str]):
     return write
 
 
-def _count_elements(pcoll, label: str, key: str):
-    """(key, 1) per element: counted by the group's one combine of its counters, not a GroupByKey of its own."""
-    return pcoll | f"{label}Count" >> beam.Map(lambda _, k: (k, 1), key)
+class _TallyElements(Tallying):
+    """Each element counted under `key`, or a drop row under `dropped/<its reason>` (key None): (key, n) once
+    per bundle (Tallying), summed by the group's one combine of its counters. A (key, 1) per element
+    crossed to the runner and through the group's Flatten and combine one element at a time."""
+
+    def __init__(self, key: str | None = None):
+        self.key = key
+
+    def process(self, element):
+        self.count(self.key or f"dropped/{element['reason']}")
+
+
+def _count_elements(pcoll, label: str, key: str | None = None):
+    """(key, n) per bundle of `pcoll` (_TallyElements), not a GroupByKey of its own."""
+    return (pcoll | f"{label}Count" >> beam.ParDo(_TallyElements(key)).with_outputs(COUNTERS, main="none"))[COUNTERS]
 
 
 class SumCounters(beam.CombineFn):
@@ -204,8 +217,7 @@ def build_group(p, names: list[str], cfg, root: str, docs, markers: dict, starte
         if stage.counts_itself:  # its DoFn tallies in, out and drops per bundle
             out_count = None
         else:
-            parts += [d | f"{name}/CountDropped{i}" >> beam.Map(lambda d: (f"dropped/{d['reason']}", 1))
-                      for i, d in enumerate(drops_of(built))]
+            parts += [_count_elements(d, f"{name}/Dropped{i}") for i, d in enumerate(drops_of(built))]
             if inputs is not None:
                 parts.append(_count_elements(inputs, f"{name}/In", "in") if out_count is None
                              else out_count | f"{name}/In" >> beam.MapTuple(lambda _, n: ("in", n)))
