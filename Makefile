@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup run test fuzz bench clean lm-model lm-model-smollm2 lm-models-qwen browser engines
 
-$(STAMP): pyproject.toml setup.py filters/_ngrams.c filters/_words.c extract/_pdflines.c
+$(STAMP): pyproject.toml setup.py filters/_ngrams.c filters/_words.c filters/_boilerplate.c extract/_pdflines.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e ".[dev,gcp]"
 	touch $(STAMP)

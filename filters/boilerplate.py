@@ -42,8 +42,9 @@ filters/train_boilerplate.py on the default extractor's output for the 181 real 
 scrapinghub/article-extraction-benchmark, a line labelled content when most of its word tokens align (in
 order) with the page's annotated articleBody; the weights and the threshold ship in
 filters/models/boilerplate_lines.json with their held-out figures (its "metrics"). A line goes when its
-score is below the threshold; the blank lines around it are merged. Deterministic, no Beam, pure Python
-(a dot product per judged line).
+score is below the threshold; the blank lines around it are merged. Deterministic, no Beam; the features
+and the dot products are compiled (filters/_boilerplate.c) where a C compiler built them, the Python
+implementation here being their oracle and fallback.
 """
 
 from __future__ import annotations
@@ -130,20 +131,27 @@ def _introduces(line: str) -> bool:
     return line[-1] in ":：" and len(_WORD.findall(line)) >= INTRO_WORDS
 
 
+def line_classes(lines: list[str]) -> tuple[list[tuple[str, str]], list[int], list[bool], list[bool]]:
+    """The non-blank lines of `lines` as (raw, stripped), their widths in columns (East-Asian wide characters
+    count 2), whether each is a prose line (it ends in terminal punctuation, holds PROSE_SENTENCES sentence
+    ends or is PROSE_COLS long) and whether it holds a sentence (a prose line, or one with a sentence end:
+    what a kept heading sits between)."""
+    kept = [(raw, line) for raw in lines if (line := raw.strip())]
+    cols = [len(line) if line.isascii() else len(line) + len(_WIDE_RE.findall(line)) for _, line in kept]
+    ends = [PROSE_SENTENCES if c >= PROSE_COLS or ends_with_terminal(line) else len(_SENT_END_RE.findall(line))
+            for c, (_, line) in zip(cols, kept)]
+    return kept, cols, [e >= PROSE_SENTENCES for e in ends], [e > 0 for e in ends]
+
+
 def line_features(lines: list[str]) -> tuple[list[list[float] | None], list[bool]]:
     """Per non-blank line of `lines` (in order; blank lines are skipped): its FEATURES, or None for a line
     that is kept whatever it scores (the first line, a line with a sentence end in it, an introduction, a
     line between two lines with sentences), and whether it is a prose line
     (it ends in terminal punctuation, holds PROSE_SENTENCES sentence ends or is PROSE_COLS long)."""
-    kept = [(raw, line) for raw in lines if (line := raw.strip())]
+    kept, cols, prose, sentence = line_classes(lines)
     n = len(kept)
-    cols = [len(line) if line.isascii() else len(line) + len(_WIDE_RE.findall(line)) for _, line in kept]
-    prose = [c >= PROSE_COLS or ends_with_terminal(line) or len(_SENT_END_RE.findall(line)) >= PROSE_SENTENCES
-             for c, (_, line) in zip(cols, kept)]
     if all(prose):
         return [None] * n, prose
-    # a line with a sentence in it (a prose line, or one with a sentence end): what a kept heading sits between
-    sentence = [p or _SENT_END_RE.search(line) is not None for p, (_, line) in zip(prose, kept)]
     lens = [math.log1p(c) for c in cols]
     repeats = Counter(line for _, line in kept)
     run = [0] * n
@@ -205,6 +213,26 @@ class LineModel:
         return [math.inf if f is None else b + sum(map(mul, w, f)) for f in features]
 
 
+def line_scores_python(lines: list[str], model: LineModel) -> list[float]:
+    """Each non-blank line's logit under `model` (inf: kept whatever it scores): the oracle of
+    filters/_boilerplate.c, which `line_scores` is where it was built."""
+    return model.scores(line_features(lines)[0])
+
+
+try:
+    from filters import _boilerplate  # built by `pip install` (setup.py) where a C compiler is
+
+    def line_scores(lines: list[str], model: LineModel) -> list[float]:
+        """See `line_scores_python`."""
+        kept, cols, prose, sentence = line_classes(lines)
+        if all(prose):
+            return [math.inf] * len(kept)
+        return _boilerplate.line_scores([raw for raw, _ in kept], [line for _, line in kept], cols, prose, sentence,
+                                        model.weights, model.bias)
+except ImportError:
+    line_scores = line_scores_python
+
+
 @lru_cache(maxsize=4)
 def load_model(path: str | None = None, name: str = "model") -> LineModel:
     """The shipped head (`model`: fitted on all 181 pages) or another one of the same file (`fit_half_0`,
@@ -217,11 +245,8 @@ def remove_context_boilerplate(text: str, model: LineModel | None = None) -> tup
     around a removed line are merged into one and, when a line went, the text is stripped (as the other
     line steps of filters/clean.py do); nothing else changes."""
     lines = text.split("\n")
-    features, _ = line_features(lines)
-    if all(f is None for f in features):
-        return text, 0
     model = model or load_model()
-    drop = [s < model.threshold for s in model.scores(features)]
+    drop = [s < model.threshold for s in line_scores(lines, model)]
     removed = sum(drop)
     if not removed:
         return text, 0

@@ -246,7 +246,7 @@ def section_label(line: str) -> str | None:
     key = " ".join(line.strip(_SECTION_EDGES).lower().split())
     if key in _LABELS:
         return key
-    if not key or not any(c.isdigit() for c in key):
+    if not key or not any(map(str.isdigit, key)):
         return None
     if _DIGITS.sub("0", key) in WIDGET_LABELS:
         return key
