@@ -269,9 +269,9 @@ class _RecycledRefs(_WithAltRules):
 
 # ------------------------------------------------------------------------------------ image bytes
 class _PickCapture(Tallying):
-    """(url, {"need": [...], "stored": [image records]}) -> (url, bytes) from the capture with the
-    smallest sha256 (deterministic when a URL was captured more than once), a (url, reason, detail)
-    refusal when the capture opted out of AI use, or the url under "missing"."""
+    """(url, {"need": [...], "stored": [image records], "stored1": [...], ...}) -> (url, bytes) from the
+    capture with the smallest sha256 (deterministic when a URL was captured more than once), a (url,
+    reason, detail) refusal when the capture opted out of AI use, or the url under "missing"."""
 
     def __init__(self, agent: str):
         self.agent = agent
@@ -280,7 +280,7 @@ class _PickCapture(Tallying):
         from extract.fetch import robots_tag_disallows_ai
 
         url, groups = element
-        stored = list(groups["stored"])
+        stored = [record for tag in sorted(groups) if tag.startswith("stored") for record in groups[tag]]
         if not list(groups["need"]):
             if stored:
                 self.count(PREFIX + "warc_records_unreferenced", len(stored))
@@ -465,10 +465,10 @@ class ImageBytesResult(NamedTuple):
 
 
 class ImageBytes(beam.PTransform):
-    """(distinct image URLs, the read's image records) -> ImageBytesResult: each URL's bytes once, from
-    its WARC capture (_PickCapture), else through the SSRF-safe fetcher when `fetch.enabled`, else
-    `not_in_warc`; each distinct body decoded once under `decode` (default: `cfg`'s own limits). The
-    pairs and interleaved branches share it."""
+    """(distinct image URLs, the read's image records: a PCollection or a tuple of them) -> ImageBytesResult:
+    each URL's bytes once, from its WARC capture (_PickCapture), else through the SSRF-safe fetcher when
+    `fetch.enabled`, else `not_in_warc`; each distinct body decoded once under `decode` (default: `cfg`'s
+    own limits). The pairs and interleaved branches share it."""
 
     def __init__(self, cfg: ImagePairsConfig, decode: DecodeRules | None = None):
         super().__init__()
@@ -477,8 +477,11 @@ class ImageBytes(beam.PTransform):
     def expand(self, pcolls):
         needed, records = pcolls
         cfg = self.cfg
-        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)),
-                     "stored": records | "KeyRecords" >> beam.Map(lambda r: (r["url"], r))}
+        # Several PCollections of records are each keyed where they are made and joined as inputs of their
+        # own: a Flatten of them would be a stage of its own that decodes every image's bytes again.
+        stored = {f"stored{k or ''}": part | f"KeyRecords{k or ''}" >> beam.Map(lambda r: (r["url"], r))
+                  for k, part in enumerate(records if isinstance(records, tuple) else (records,))}
+        captures = ({"need": needed | "NeedMarker" >> beam.Map(lambda u: (u, True)), **stored}
                     | "JoinCaptures" >> beam.CoGroupByKey()
                     | "PickCapture" >> beam.ParDo(_PickCapture(_agent(cfg))).with_outputs(
                         "missing", "failed", COUNTERS, main="bytes"))

@@ -275,7 +275,7 @@ def _url_refs(doc: dict) -> list[tuple[str, dict]]:
 
 class InterleavedResult(NamedTuple):
     docs: beam.PCollection        # INTERLEAVED_SCHEMA rows
-    dropped: beam.PCollection     # drop rows (io.DROP_SCHEMA)
+    dropped: tuple                # PCollections of drop rows (io.DROP_SCHEMA), one per step that drops
     counters: beam.PCollection    # (key, n), summed
     pdf_images: beam.PCollection  # the embedded images of the parsed PDFs (PDF_IMAGE_SCHEMA rows)
 
@@ -297,7 +297,7 @@ class BuildInterleavedDocs(beam.PTransform):
             pdf_images = parts[-1].images
         else:
             pdf_images = pages.pipeline | "NoPdfImages" >> beam.Create([])
-        drops, counts = ([part[tag] for part in parts] | f"All {tag}" >> beam.Flatten() for tag in (DROPPED, COUNTERS))
+        counts = [part[COUNTERS] for part in parts] | f"All {COUNTERS}" >> beam.Flatten()
         # Each part's documents are keyed, and their image references taken, where the part is made, and
         # the join takes each part's documents as an input of its own: a Flatten of the documents would
         # be a stage of its own that decodes every document again (in the runner process, on a local run).
@@ -312,8 +312,10 @@ class BuildInterleavedDocs(beam.PTransform):
                  | "Assemble" >> beam.ParDo(_Assemble()).with_outputs(DROPPED, COUNTERS, main="docs"))
         counters = ((counts, final[COUNTERS]) | "AllCounters" >> beam.Flatten()
                     | "SumCounters" >> beam.CombinePerKey(sum))
-        return InterleavedResult(final.docs, (drops, final[DROPPED]) | "AllDrops" >> beam.Flatten(),
-                                 counters, pdf_images)
+        # Each step's drop rows are written where they are made: gathered by a Flatten they would be
+        # decoded and written again by a stage of their own (in the runner process, on a local run).
+        return InterleavedResult(final.docs, (*(part[DROPPED] for part in parts), final[DROPPED]), counters,
+                                 pdf_images)
 
 
 # -------------------------------------------------------------------------- stage 2: the images
@@ -381,8 +383,9 @@ class _AttachImages(Tallying):
 
 
 class AttachImages(beam.PTransform):
-    """Stage 2 of the branch: (documents, the read's image responses) -> documents with their images
-    (_AttachImages), the images they use (IMAGE_SCHEMA rows, one per sha256) and counters. Each image
+    """Stage 2 of the branch: (documents, image records: the read's image responses and the PDFs' images, a
+    PCollection or a tuple of them) -> documents with their images (_AttachImages), the images they use
+    (IMAGE_SCHEMA rows, one per sha256) and counters. Each image
     URL is resolved once: from the WARC's captures, else through the SSRF-safe fetcher when
     `image_pairs.fetch.enabled`, else `not_in_warc`; each distinct body is decoded once, with the pairs
     branch's defensive decoder and its limits, under this branch's size and aspect rules."""
@@ -955,7 +958,7 @@ class InterleavedImagesStage(Stage):
         pdf_images = (io.after(p, io.join(root, "images", "pdf", "part*.parquet"), writes_of(p, "interleaved"),
                                "interleaved_images/PdfImages")
                       | "interleaved_images/ReadPdfImages" >> beam.io.ReadAllFromParquet())
-        records = (read_warcs(p, cfg).image, pdf_images) | "interleaved_images/AllRecords" >> beam.Flatten()
+        records = (read_warcs(p, cfg).image, pdf_images)  # two inputs of the captures' join (ImageBytes)
         kept, images, drops, counters = (
             (docs, records) | "interleaved_images/Attach" >> AttachImages(cfg.interleaved, cfg.image_pairs))
         written = images | "interleaved_images/WriteImages" >> io.WriteSortedParquet(
