@@ -140,14 +140,6 @@ static PyObject *line_scores(PyObject *self, PyObject *args) {
         }
     }
     if (!(out = PyList_New(n))) goto done;
-    if (last_prose == n - 1 && first_prose == 0) {  /* perhaps all prose: then every line is kept */
-        Py_ssize_t k = 0;
-        while (k < n && prose[k]) k++;
-        if (k == n) {
-            for (k = 0; k < n; k++) PyList_SET_ITEM(out, k, PyFloat_FromDouble(Py_HUGE_VAL));
-            goto done;
-        }
-    }
     /* the run of short unpunctuated lines each line sits in */
     for (Py_ssize_t k = 0; k < n;) {
         if (cols[k] < SHORT_COLS && !prose[k]) {

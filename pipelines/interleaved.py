@@ -385,10 +385,10 @@ class _AttachImages(Tallying):
 class AttachImages(beam.PTransform):
     """Stage 2 of the branch: (documents, image records: the read's image responses and the PDFs' images, a
     PCollection or a tuple of them) -> documents with their images (_AttachImages), the images they use
-    (IMAGE_SCHEMA rows, one per sha256) and counters. Each image
-    URL is resolved once: from the WARC's captures, else through the SSRF-safe fetcher when
-    `image_pairs.fetch.enabled`, else `not_in_warc`; each distinct body is decoded once, with the pairs
-    branch's defensive decoder and its limits, under this branch's size and aspect rules."""
+    (IMAGE_SCHEMA rows, one per sha256) and counters. Each image URL is resolved once: from the WARC's
+    captures, else through the SSRF-safe fetcher when `image_pairs.fetch.enabled`, else `not_in_warc`; each
+    distinct body is decoded once, with the pairs branch's defensive decoder and its limits, under this
+    branch's size and aspect rules."""
 
     def __init__(self, cfg: InterleavedConfig, pairs_cfg: ImagePairsConfig):
         super().__init__()
