@@ -206,21 +206,29 @@ class _SplitByFrequency(beam.DoFn):
 
 
 class SplitFrequentImageUrls(beam.PTransform):
-    """(doc_id, ref) pairs, `ref["url"]` the image URL -> (kept pairs, tag "frequent": ((doc_id, ref),
-    pages)). An image URL used on more than `max_pages` distinct documents of the corpus is site chrome
-    (logos, buttons, banners): OBELICS removes those with `max_pages` = 10. The count is a Beam combine
-    over distinct (url, document) pairs, so a page that repeats an image counts once."""
+    """(doc_id, ref) pairs, `ref["url"]` the image URL, as a PCollection or a tuple of them -> (kept pairs,
+    tag "frequent": ((doc_id, ref), pages)). An image URL used on more than `max_pages` distinct documents
+    of the corpus is site chrome (logos, buttons, banners): OBELICS removes those with `max_pages` = 10. The
+    count is a Beam combine over distinct (url, document) pairs, so a page that repeats an image counts
+    once."""
 
     def __init__(self, max_pages: int = 10):
         super().__init__()
         self.max_pages = max_pages
 
     def expand(self, refs):
-        pages = (refs | "UrlDoc" >> beam.MapTuple(lambda doc_id, ref: (ref["url"], doc_id))
-                 | "DistinctUrlDoc" >> beam.Distinct()
-                 | "One" >> beam.MapTuple(lambda url, _: (url, 1))
+        # Each input's pairs are keyed where they are made and only the keyed pairs are flattened, into the
+        # groupings: a Flatten of the pairs themselves would be a stage of its own that decodes every one
+        # again (in the runner process, on a local run).
+        parts = refs if isinstance(refs, tuple) else (refs,)
+        url_docs = [part | f"UrlDoc{k or ''}" >> beam.MapTuple(lambda doc_id, ref: ((ref["url"], doc_id), None))
+                    for k, part in enumerate(parts)]
+        pages = (url_docs | "AllUrlDocs" >> beam.Flatten()
+                 | "DistinctUrlDoc" >> beam.GroupByKey()  # straight into the grouping: no stage for the Flatten
+                 | "One" >> beam.MapTuple(lambda url_doc, _: (url_doc[0], 1))
                  | "PagesPerUrl" >> beam.CombinePerKey(sum))
-        return ((pages | "TagCount" >> beam.MapTuple(lambda url, n: (url, (_COUNT, n))),
-                 refs | "TagRef" >> beam.MapTuple(lambda doc_id, ref: (ref["url"], (_REF, (doc_id, ref)))))
+        tagged = [part | f"TagRef{k or ''}" >> beam.MapTuple(lambda doc_id, ref: (ref["url"], (_REF, (doc_id, ref))))
+                  for k, part in enumerate(parts)]
+        return ((pages | "TagCount" >> beam.MapTuple(lambda url, n: (url, (_COUNT, n))), *tagged)
                 | "Flatten" >> beam.Flatten() | "GroupUrl" >> beam.GroupByKey()
                 | "Split" >> beam.ParDo(_SplitByFrequency(self.max_pages)).with_outputs("frequent", main="kept"))

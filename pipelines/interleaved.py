@@ -301,8 +301,7 @@ class BuildInterleavedDocs(beam.PTransform):
         # Each part's documents are keyed, and their image references taken, where the part is made, and
         # the join takes each part's documents as an input of its own: a Flatten of the documents would
         # be a stage of its own that decodes every document again (in the runner process, on a local run).
-        refs = ([part.docs | f"ImageRefs{k or ''}" >> beam.FlatMap(_url_refs) for k, part in enumerate(parts)]
-                | "AllImageRefs" >> beam.Flatten())
+        refs = tuple(part.docs | f"ImageRefs{k or ''}" >> beam.FlatMap(_url_refs) for k, part in enumerate(parts))
         split = refs | "FrequentUrls" >> SplitFrequentImageUrls(self.cfg.max_pages_per_url)
         frequent = split.frequent | "FrequentPositions" >> beam.Map(lambda r: (r[0][0], r[0][1]["position"]))
         keyed = {f"doc{k}": part.docs | f"KeyDocs{k or ''}" >> beam.Map(lambda d: (d["id"], d))
