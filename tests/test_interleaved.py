@@ -169,7 +169,8 @@ def _build(workers: int, out: Path, max_pages: int = 10, copies: tuple[str, ...]
 
     with beam.Pipeline(options=PipelineOptions(args)) as p:
         res = p | beam.Create(pages) | BuildInterleavedDocs(InterleavedConfig(max_pages_per_url=max_pages))
-        ((res.docs | "D" >> beam.Map(lambda d: ["doc", d]), res.dropped | "Drops" >> beam.Flatten() | "X" >> beam.Map(lambda d: ["drop", d]),
+        drops = res.dropped | "Drops" >> beam.Flatten()
+        ((res.docs | "D" >> beam.Map(lambda d: ["doc", d]), drops | "X" >> beam.Map(lambda d: ["drop", d]),
           res.counters | "C" >> beam.Map(lambda c: ["counter", c]))
          | beam.Flatten() | beam.combiners.ToList() | beam.Map(save))
     rows = json.loads(out.read_text())
