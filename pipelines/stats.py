@@ -43,8 +43,9 @@ def stage_costs(msecs: dict[str, int], labels: dict[str, set], pages: int, core_
     per_stage = {name: 0 for name in labels}
     outside = 0
     for label, ms in msecs.items():
-        if label in stage_of:
-            per_stage[stage_of[label]] += ms
+        stage = _owner(label, stage_of)
+        if stage is not None:
+            per_stage[stage] += ms
         else:
             outside += ms
     per_page = (lambda ms: round(ms / pages, 3)) if pages else (lambda ms: None)
@@ -54,6 +55,17 @@ def stage_costs(msecs: dict[str, int], labels: dict[str, set], pages: int, core_
             "outside_stages": {"ms": outside, "ms_per_page": per_page(outside)},
             "transforms_ms_per_page": per_page(charged),
             "runner_ms_per_page": per_page(max(0.0, core_s * 1000 - charged))}
+
+
+def _owner(label: str, stage_of: dict[str, str]) -> str | None:
+    """The stage that added the transform `label`, or the composite it is part of: the runner reports
+    the parts it expands a transform into (a combine's Precombine, Merge and ExtractOutputs, a Flatten's
+    Transcode) under labels below the one the pipeline applied."""
+    while label:
+        if label in stage_of:
+            return stage_of[label]
+        label = label.rpartition("/")[0]
+    return None
 
 
 def format_table(summary: dict, top_reasons: int = 4) -> str:

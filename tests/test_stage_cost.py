@@ -19,3 +19,12 @@ def test_no_pages_read_gives_no_per_page_figures():
     cost = stage_costs({"read/Open": 5}, {"read": {"read/Open"}}, pages=0, core_s=2.0)
     assert cost["stages"]["read"] == {"ms": 5, "ms_per_page": None} and cost["runner_ms_per_page"] is None
     assert "cost" not in format_table({"stages": [], "cost": cost})
+
+
+def test_the_parts_a_runner_expands_a_transform_into_are_charged_to_its_stage():
+    labels = {"quality": {"quality/TemplateLines", "quality/TemplateLines/CountLinePages"}}
+    msecs = {"quality/TemplateLines/CountLinePages/CombinePerKey(CountCombineFn)/Precombine": 7,
+             "quality/TemplateLines/JoinLines/CoGroupByKeyImpl/Flatten/Transcode/1": 5,
+             "qualityx/Other": 3, "Audit/Provenance/Sum/Merge": 2}
+    cost = stage_costs(msecs, labels, pages=1, core_s=1.0)
+    assert cost["stages"]["quality"]["ms"] == 12 and cost["outside_stages"]["ms"] == 5
