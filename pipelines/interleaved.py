@@ -20,7 +20,8 @@ then `interleaved_write` (OUT/docs/interleaved, sorted shards).
 
 Accounting of stage 1, per document: `in` = HTML pages + PDFs, `out` = documents kept, dropped =
 `no_images`, `page_too_large`, `page_undecodable`, `page_timeout` and `page_error` (the page's DOM walk ran
-past `timeout_ms` or its library failed on it; the detail names the step), `duplicate_record` (one id twice),
+past `timeout_ms` or its library failed on it; the detail names the step), `duplicate_record` (one id twice,
+among the documents with an image),
 and a PDF's reason (PDF_REASONS). Per image,
 counters `images/in`, `images/kept`, `images/chrome`, `images/<URL rule reason>` and
 `images/frequent_url` (in = kept + the others).
@@ -168,7 +169,7 @@ class _ParsePdf(Tallying):
 
 class _Linearise(Tallying):
     """Page -> its document (image nodes carry `position`), with the URL rules applied per image; a
-    page that cannot be read is one dropped document."""
+    page that cannot be read, or with no image left, is one dropped document."""
 
     def __init__(self, cfg: InterleavedConfig):
         self.cfg = cfg
@@ -201,11 +202,15 @@ class _Linearise(Tallying):
                 continue
             nodes.append({"type": "image", "image_url": node.image.url, "alt": node.image.alt,
                           "caption": node.caption, "position": node.image.position})
+        doc = {**base, "kind": "web", "lang": "", "nodes": nodes, "scores": {}}
         if not any(n["type"] == "image" for n in nodes):
-            # no image passed the URL rules: the page will be `no_images` (its text is the text branch's),
-            # so its text blocks are not carried through the id join, 4 in 5 pages of mixed-dev
-            nodes = []
-        yield {**base, "kind": "web", "lang": "", "nodes": nodes, "scores": {}}
+            # no image passed the URL rules: `no_images` here (its text is the text branch's), not after
+            # the join on ids that removes the frequent URLs, which 4 in 5 pages of mixed-dev would cross
+            # for nothing
+            self.count("dropped/no_images")
+            yield dropped(drop_row({**doc, "nodes": []}, "interleaved", "no_images", text=""))
+            return
+        yield doc
 
     def _linearise(self, page):
         """extract.page_images.interleaved_view, made here unless the page carries it

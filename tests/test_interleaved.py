@@ -559,7 +559,9 @@ def test_a_page_that_cannot_hold_an_img_is_not_walked_and_image_tags_count_as_im
     skipped = outputs()
     monkeypatch.setattr(extract.images, "may_hold_images", lambda _html: True)  # force the DOM walk
     assert outputs() == skipped
-    assert [o for o in skipped if isinstance(o, dict)][0]["nodes"] == []
+    (drop,) = [value for tag, value in skipped if tag == "dropped"]
+    assert (drop["id"], drop["reason"], drop["text"]) == ("p", "no_images", "")
+    assert ("counters", ("dropped/no_images", 1)) in skipped
 
 
 def test_bullets_and_blank_lines_are_tidied_as_the_regexes_do_in_linear_time():
