@@ -184,8 +184,9 @@ class DocumentStep(Tallying):
         buffer, self._buffer = self._buffer, []
         if buffer:
             self.prepare(buffer)
-        for doc in buffer:
-            yield self._step_counted(doc)
+        # every document stepped before any goes on: yielded one by one, each would run through the
+        # steps fused after this one before the next is stepped, and this step's tables leave the caches
+        yield from [self._step_counted(doc) for doc in buffer]
 
     def _step_counted(self, doc):
         self._tally["in"] += 1

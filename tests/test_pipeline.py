@@ -424,6 +424,27 @@ def test_batched_document_step_emits_the_same_documents_and_tallies():
     assert one_by_one[0] == 7 and batched[0] == 6  # the 7th document waits for finish_bundle
 
 
+def test_a_batch_is_stepped_whole_before_its_documents_go_on():
+    """A batch's documents are all stepped before the first goes to the steps fused after this one (which
+    would otherwise run between them and push this step's tables out of the CPU caches)."""
+    from pipelines.stage import DocumentStep
+
+    events = []
+
+    class Log(DocumentStep):
+        def step(self, doc):
+            events.append(("step", doc["n"]))
+            return doc
+
+    step = Log("toy", {})
+    step.batch = 3
+    step.start_bundle()
+    for n in range(3):
+        for out in step.process({"id": str(n), "n": n, "text": "x"}):
+            events.append(("next step", out["n"]))
+    assert events == [("step", 0), ("step", 1), ("step", 2), ("next step", 0), ("next step", 1), ("next step", 2)]
+
+
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium; the Makefile's `browser` target installs it
 
 
