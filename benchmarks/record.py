@@ -129,8 +129,10 @@ def _budget() -> list[str]:
     rows = ["", "## Per-page budget", "",
             f"`benchmarks/end_to_end.py`'s timed run ({budget['pages']:,} pages, {budget['workers']} worker, "
             f"`curate run --stage-cost`): Beam's execution time of each stage's transforms per page read (the",
-            "interleaved stage's includes the image views it shares with the pairs branch); a change that raises a",
-            f"stage's figure says by how much and why. From {rec['commit']}, {rec['date']}, {rec['machine']}.", "",
+            "page views that the branches share, one decoding and parse of each page, are charged to the first",
+            "stage that reads them: the extract stage's figure includes the image branches' views); a change that",
+            f"raises a stage's figure says by how much and why. From {rec['commit']}, {rec['date']}, {rec['machine']}.",
+            "",
             "| stage | ms per page read |", "|---|---|"]
     rows += [f"| {name} | {budget['stages'][name]['ms_per_page']:.2f} |"
              for name in budget["order"]]  # the run's order (the record's keys are sorted)

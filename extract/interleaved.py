@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ELEMENT, HTMLTree
 
-from extract.images import MARKER, ImageRef, add_contexts, image_refs, without_marker_lookalikes
+from extract.images import MARKER, MARKER_START, ImageRef, add_contexts, image_refs, without_marker_lookalikes
 
 # Subtrees that are page chrome, code or controls, not content.
 # (script, style, noscript and template the extractor skips by itself; `area` is the one element besides
@@ -135,7 +135,13 @@ def image_views(html: str, page_url: str, context_chars: int,
     again, then the tree is linearised (which edits it for good). For a page that may hold images.
     `seconds`, if given, gets what each of the two took, the shared parse counted in both."""
     started = time.perf_counter()
-    tree = HTMLTree.parse(without_marker_lookalikes(html))
+    return _tree_image_views(HTMLTree.parse(without_marker_lookalikes(html)), page_url, context_chars, started,
+                             seconds)
+
+
+def _tree_image_views(tree: HTMLTree, page_url: str, context_chars: int, started: float,
+                      seconds: list | None) -> tuple[list[ImageRef], Linearised]:
+    """image_views of a page parsed since `started`, its HTML without marker lookalikes."""
     imgs = tree.document.get_elements_by_tag_name("img").values()
     refs = image_refs(tree, imgs, page_url)
     parsed = time.perf_counter()
@@ -154,6 +160,46 @@ def image_view_rows(html: str, page_url: str, context_chars: int) -> tuple:
     seconds: list = []
     refs, doc = image_views(html, page_url, context_chars, seconds)
     return ([ref.row() for ref in refs], *_rows(doc), *seconds)
+
+
+def text_and_image_view_rows(html: str, page_url: str, context_chars: int) -> tuple:
+    """The text branch's main content (extract/sandbox.py resiliparse_text) and image_view_rows, from one
+    parse where the two would parse the same string (no tweet class to rename, no marker lookalike to
+    replace): (text, *image_view_rows' rows, the seconds the text and each view took, the shared parse
+    counted in all three). The page step "text_and_image_views" of extract/sandbox.py."""
+    from extract.sandbox import _TWEET_CLASS, resiliparse_text, resiliparse_tree_text
+
+    started = time.perf_counter()
+    if _TWEET_CLASS in html or MARKER_START in html:
+        text = resiliparse_text(html)[0]
+        text_s = time.perf_counter() - started
+        return (text, *image_view_rows(html, page_url, context_chars), text_s)
+    tree = HTMLTree.parse(html)
+    parse_s = time.perf_counter() - started
+    text = resiliparse_tree_text(tree)[0]  # reads the tree; the views edit it after
+    text_s = time.perf_counter() - started
+    seconds: list = []
+    refs, doc = _tree_image_views(tree, page_url, context_chars, time.perf_counter() - parse_s, seconds)
+    return (text, [ref.row() for ref in refs], *_rows(doc), *seconds, text_s)
+
+
+def text_and_image_views_bounded(html: str, page_url: str, context_chars: int, text_timeout_ms: float,
+                                 refs_timeout_ms: float, linearise_timeout_ms: float
+                                 ) -> tuple[str, list[ImageRef], Linearised]:
+    """text_and_image_view_rows under the deadlines of the three steps it stands for (the text branch's
+    extraction, extract_images_bounded, linearise_bounded), as image_views_bounded: a part that took
+    longer than its own deadline, or running past all three, is SandboxError("page_timeout"); a caller
+    that gets SandboxError runs the steps alone for their own verdicts."""
+    from extract import sandbox
+
+    text, refs, nodes, chrome, refs_s, linearise_s, text_s = sandbox.run_page_step(
+        "text_and_image_views", html, (page_url, context_chars), text_timeout_ms + refs_timeout_ms
+        + linearise_timeout_ms)
+    if (text_s * 1000 > text_timeout_ms or refs_s * 1000 > refs_timeout_ms
+            or linearise_s * 1000 > linearise_timeout_ms):
+        raise sandbox.SandboxError("page_timeout", f"text_and_image_views: {text_s * 1000:.0f} / "
+                                   f"{refs_s * 1000:.0f} / {linearise_s * 1000:.0f} ms")
+    return text, [ImageRef(*ref) for ref in refs], _document(nodes, chrome)
 
 
 def _linearise_tree(tree: HTMLTree, imgs: list, refs: list[ImageRef]) -> Linearised:

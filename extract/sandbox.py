@@ -74,7 +74,8 @@ ENGINES = ("resiliparse", "trafilatura")
 # that comes back from a child. They run as extraction does (run_page_step): in process for pages
 # in_process_is_safe admits, else in an HTML child killed at the deadline.
 PAGE_STEPS = {"image_refs": "extract.images:image_ref_rows", "linearise": "extract.interleaved:linearise_rows",
-              "image_views": "extract.interleaved:image_view_rows"}
+              "image_views": "extract.interleaved:image_view_rows",
+              "text_and_image_views": "extract.interleaved:text_and_image_view_rows"}
 
 # A page stays in process only if it has at most SAFE_MAX_TAGS '<' and SAFE_MAX_CHARS characters and
 # the limit is at least SAFE_MIN_TIMEOUT_MS. Every element of the DOM comes from a '<' in the source,
@@ -272,12 +273,18 @@ def resiliparse_text(html: str) -> tuple[str, bool]:
     (WHOLE_PAGE_*; without PAGE_LANDMARKS unless they hold all of it), without the chrome lines of its
     second half (CHROME_*), all from one parse; whether it is the whole page's). A str holding lone
     surrogates raises UnicodeEncodeError."""
-    from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
     if _TWEET_CLASS in html:
         html = html.replace(_TWEET_CLASS, _EMBEDDED_POST_CLASS)
-    tree = HTMLTree.parse(html)
+    return resiliparse_tree_text(HTMLTree.parse(html))
+
+
+def resiliparse_tree_text(tree) -> tuple[str, bool]:
+    """resiliparse_text of a page already parsed (the tree is only read), whose HTML holds no
+    `_TWEET_CLASS`."""
+    from resiliparse.extract.html2text import extract_plain_text
+
     main = extract_plain_text(tree, main_content=True, **RESILIPARSE_TEXT_OPTIONS)
     if len(main) >= WHOLE_PAGE_MAX_MAIN_CHARS or prose_chars(main) >= WHOLE_PAGE_MAX_MAIN_PROSE:
         return article_lines(main, tree), False

@@ -177,33 +177,46 @@ _IMAGE_PAGES: "weakref.WeakKeyDictionary[beam.Pipeline, beam.PCollection]" = wea
 
 class _PageViews(beam.DoFn):
     """Each HTML page with both image branches' views of it (extract.page_images.page_views), under
-    `pairs_view` and `interleaved_view`; other documents as they are. Takes the image_pairs and the
+    `pairs_view` and `interleaved_view`, and with `text` (the extract config section) the text branch's
+    too, under `text_view` (all_page_views); other documents as they are. Takes the image_pairs and the
     interleaved config sections."""
 
-    def __init__(self, pairs, interleaved):
-        self.pairs, self.interleaved = pairs, interleaved
+    def __init__(self, pairs, interleaved, text=None):
+        self.pairs, self.interleaved, self.text = pairs, interleaved, text
 
     def process(self, page):
-        from extract.page_images import page_views
+        from extract.page_images import all_page_views, page_views
 
         if page.get("source", "html") != "html":
             yield page
             return
-        pairs, interleaved = page_views(page, self.pairs, self.interleaved)
-        yield {**page, "pairs_view": pairs, "interleaved_view": interleaved}
+        if self.text is None:
+            pairs, interleaved = page_views(page, self.pairs, self.interleaved)
+            yield {**page, "pairs_view": pairs, "interleaved_view": interleaved}
+            return
+        text, pairs, interleaved = all_page_views(page, self.text, self.pairs, self.interleaved)
+        yield {**page, "text_view": text, "pairs_view": pairs, "interleaved_view": interleaved}
 
 
 def image_pages(p, cfg) -> beam.PCollection:
     """The read stage's documents for the image branches. Where the pairs and the interleaved stage both
     run in this pipeline (`plan_of(p).stages_built`), each page carries both branches' views of its images,
-    made in one step from one decoding and one parse (extract/page_images.py); the transform is the
-    first building stage's, and so is its cost. Otherwise the documents as read, each branch making its own."""
+    made in one step from one decoding and one parse (extract/page_images.py), and where the read and
+    extract stages run in it too (`shares_page_views`), the text branch's view as well (the extract stage
+    then reads these pages); the transform is the first building stage's, and so is its cost. Otherwise
+    the documents as read, each branch making its own."""
     if not {"image_pairs", "interleaved"} <= plan_of(p).stages_built:
         return read_warcs(p, cfg).docs
     if p not in _IMAGE_PAGES:
-        _IMAGE_PAGES[p] = read_warcs(p, cfg).docs | "Image views" >> beam.ParDo(
-            _PageViews(cfg.image_pairs, cfg.interleaved))
+        _IMAGE_PAGES[p] = read_warcs(p, cfg).docs | "Page views" >> beam.ParDo(
+            _PageViews(cfg.image_pairs, cfg.interleaved, cfg.extract if shares_page_views(p) else None))
     return _IMAGE_PAGES[p]
+
+
+def shares_page_views(p) -> bool:
+    """Whether the text branch's extraction is part of the image branches' page views (`image_pages`):
+    every stage that reads a page's HTML runs in pipeline `p`."""
+    return {"read", "extract", "image_pairs", "interleaved"} <= plan_of(p).stages_built
 
 
 @register
@@ -248,7 +261,8 @@ class ExtractConfig(Section):
 
 
 class ExtractText(DocumentStep):
-    """Charset decoding and main-content extraction. Documents are extracted `batch_docs` at a time,
+    """Charset decoding and main-content extraction (extract.page_images.text_view), or the page views'
+    where the image branches run too (`image_pages`). Documents are extracted `batch_docs` at a time,
     back to back: with reading and Beam's own work in between every document, the same extraction
     ran ~10% slower (the extractor's code and tables fall out of the CPU caches)."""
 
@@ -257,26 +271,18 @@ class ExtractText(DocumentStep):
         self.batch = cfg.batch_docs
 
     def step(self, raw):
-        from extract.html import ExtractionError, decode_html, extract_main_text
+        from extract.page_images import text_view
 
         doc = {k: raw[k] for k in ("id", "url", "warc_file", "warc_offset", "warc_date")}
         payload = raw["payload"] or b""
-        try:
-            if raw["source"] == "text":
-                charset, text = "utf-8", payload.decode("utf-8", errors="replace")
-            else:
-                if len(payload) > self.cfg.max_html_bytes:
-                    raise ExtractionError("html_too_large", f"{len(payload)} bytes")
-                decoded = decode_html(payload, raw["http_charset"] or "")
-                charset = decoded.charset
-                if decoded.source != "declared":
-                    self.count(f"charset/{decoded.source}")
-                text = extract_main_text(decoded.text, self.cfg.engine, self.cfg.timeout_ms, decoded.utf8,
-                                         self.cfg.one_cpu)
-        except ExtractionError as err:
-            return Drop(err.reason, err.detail, {**doc, "text": ""})
-        except Exception as err:  # an extractor bug must cost one document, not the run
-            return Drop("extract_error", repr(err)[:300], {**doc, "text": ""})
+        if raw["source"] == "text":
+            charset, text = "utf-8", payload.decode("utf-8", errors="replace")
+        else:  # the page views' (stages.image_pages), where they are made with the image branches'
+            text, charset, source, reason, detail = raw["text_view"] if "text_view" in raw else text_view(raw, self.cfg)
+            if source and source != "declared":
+                self.count(f"charset/{source}")
+            if reason:
+                return Drop(reason, detail, {**doc, "text": ""})
         text = text.strip()
         scores = {"html_bytes": float(len(payload)), "text_chars": float(len(text))}
         out = {**doc, "charset": charset, "lang": "", "lang_score": 0.0, "scores": scores, "text": text}
@@ -295,6 +301,10 @@ class ExtractStage(DocumentStage):
 
     name, config, step = "extract", ExtractConfig, ExtractText
     reasons = ("html_too_large", "undecodable_charset", "extract_timeout", "extract_error", "no_text")
+
+    def build(self, p, cfg, docs, root):
+        # where the image branches run too, each page is decoded, and parsed, once for all three
+        return super().build(p, cfg, image_pages(p, cfg) if shares_page_views(p) else docs, root)
 
 
 # ----------------------------------------------------------------------------------------- language

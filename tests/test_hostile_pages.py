@@ -13,7 +13,7 @@ import pytest
 
 from extract import sandbox
 from extract.images import extract_images, extract_images_bounded, image_ref_rows
-from extract.interleaved import linearise, linearise_bounded, linearise_rows
+from extract.interleaved import linearise, linearise_bounded, linearise_rows, text_and_image_view_rows
 from extract.sandbox import PageStepError, SandboxError
 from tests import hostile_pages
 from tests.warc_factory import gz, response_record
@@ -100,6 +100,8 @@ def test_the_child_gives_what_the_worker_computes(path):
     pool = sandbox._pool()
     assert pool.page_step("linearise", html, (URL,), 10_000) == linearise_rows(html, URL)
     assert pool.page_step("image_refs", html, (URL, 200), 10_000) == image_ref_rows(html, URL, 200)
+    shared = pool.page_step("text_and_image_views", html, (URL, 200), 10_000)
+    assert shared[:4] == text_and_image_view_rows(html, URL, 200)[:4]  # the text and the views; then seconds
 
 
 def test_a_library_panic_costs_the_page_and_a_bug_fails_loudly(monkeypatch):

@@ -1,6 +1,6 @@
-"""Both image branches' views of a page from one decoding and one parse (extract/page_images.py,
-extract.interleaved.image_views): the same references, documents and failures as each branch's own
-steps, on real pages and through a whole run."""
+"""Both image branches' views of a page, and the text branch's with them, from one decoding and one parse
+(extract/page_images.py, extract.interleaved.image_views and text_and_image_view_rows): the same text,
+references, documents and failures as each branch's own steps, on real pages and through a whole run."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import pytest
 
 from extract import page_images
 from extract.images import extract_images
-from extract.interleaved import image_views, image_views_bounded, linearise
-from extract.page_images import interleaved_view, page_views, pairs_view
+from extract.interleaved import image_views, image_views_bounded, linearise, text_and_image_views_bounded
+from extract.page_images import all_page_views, interleaved_view, page_views, pairs_view, text_view
 from extract.sandbox import SandboxError
 from pipelines.config import load_config
 
 DATA = Path(__file__).parent / "data"
 PAGES = {p["file"]: p for p in json.loads((DATA / "interleaved" / "labels.json").read_text())}
 CFG = load_config(None)
-PAIRS, INTERLEAVED = CFG.image_pairs, CFG.interleaved
+PAIRS, INTERLEAVED, EXTRACT = CFG.image_pairs, CFG.interleaved, CFG.extract
 
 
 def real_pages() -> list[tuple[str, str]]:
@@ -61,6 +61,51 @@ def test_page_views_are_each_branch_s_own_views():
         assert views[0][2] == "page_too_large"
 
 
+def separate_views(page, text=EXTRACT, pairs=PAIRS, interleaved=INTERLEAVED) -> str:
+    return repr((text_view(page, text), pairs_view(page, pairs), interleaved_view(page, interleaved)))
+
+
+def test_the_text_view_made_with_the_image_views_is_the_text_branch_s_own():
+    pages = [as_page(html, url) for html, url in real_pages()]
+    pages += [as_page('<html><body><h1>A post</h1><blockquote class="twitter-tweet"><p>' + "Quoted words. " * 30
+                      + '</p></blockquote><p>' + "Article words here. " * 40 + '</p><img src="/a.jpg" alt="An owl">'
+                      "</body></html>", "https://example.com/tweet"),
+              as_page("<html><body><p>" + "Marker \ue000 lookalike words. " * 40 + '</p><img src="/b.jpg" alt="A fox">'
+                      "</body></html>", "https://example.com/marker"),
+              as_page("<html><body><p>text only</p></body></html>", "https://example.com/t"),
+              as_page("<p>" + "Short page words. " * 20 + '<img src="c.png" alt="A small cat"></p>', "https://e.org/s")]
+    texts = 0
+    for page in pages:
+        views = all_page_views(page, EXTRACT, PAIRS, INTERLEAVED)
+        assert repr(views) == separate_views(page)
+        texts += bool(views[0][0])
+    assert texts == len(pages)
+    html, url = real_pages()[0]
+    big = as_page(html, url)
+    for text, pairs in ((EXTRACT.model_copy(update={"max_html_bytes": 1000}), PAIRS),
+                        (EXTRACT, PAIRS.model_copy(update={"max_html_bytes": 1000})),
+                        (EXTRACT.model_copy(update={"engine": "trafilatura"}), PAIRS)):
+        assert repr(all_page_views(big, text, pairs, INTERLEAVED)) == separate_views(big, text, pairs)
+
+
+def test_a_shared_call_that_fails_or_runs_past_the_text_s_deadline_makes_each_view_alone(monkeypatch):
+    html, url = real_pages()[0]
+    with pytest.raises(SandboxError) as err:
+        text_and_image_views_bounded(html, url, 200, 1e-6, 5000, 5000)  # the text took longer than its deadline
+    assert err.value.reason == "page_timeout"
+    calls = []
+
+    def failing(*args):
+        calls.append(args)
+        raise SandboxError("page_error", "text_and_image_views: a panic")
+
+    monkeypatch.setattr(page_images, "text_and_image_views_bounded", failing)
+    page = as_page(html, url)
+    views = all_page_views(page, EXTRACT, PAIRS, INTERLEAVED)
+    assert calls and views[0][0] and views[1][2] == views[2][2] == ""  # each made again alone, each fine
+    assert repr(views) == separate_views(page)
+
+
 def test_a_view_past_its_own_deadline_is_a_timeout_and_the_views_are_made_alone(monkeypatch):
     html, url = real_pages()[0]
     with pytest.raises(SandboxError) as err:
@@ -81,8 +126,8 @@ def test_a_view_past_its_own_deadline_is_a_timeout_and_the_views_are_made_alone(
 
 def test_a_run_shares_the_views_and_writes_what_separate_views_write(tmp_path, monkeypatch):
     """Every branch over the bundled sample's real pages and images (sample/interleaved-dev-slice): once
-    with the shared step, once with each branch making its own views; the same documents, pairs, images
-    and drops."""
+    with the shared step (the text branch's extraction in it), once with each branch making its own views;
+    the same documents, texts, pairs, images and drops."""
     import apache_beam as beam
     import pyarrow.parquet as pq
 
@@ -105,10 +150,11 @@ def test_a_run_shares_the_views_and_writes_what_separate_views_write(tmp_path, m
                 patch.setattr(stages, "image_pages", lambda p, cfg: stages.read_warcs(p, cfg).docs)
             labels.clear()
             run(load_config(tiny, input=[str(warc)], output=str(out), workers=1), echo=False)
-            assert ("Image views" in labels) == shared
+            assert ("Page views" in labels) == shared
         outputs[shared] = {folder: sorted(map(repr, (row for f in sorted((out / folder).glob("*.parquet"))
                                                      for row in pq.read_table(f).to_pylist())))
                            for folder in ("docs/pairs", "docs/interleaved", "dropped/image_pairs",
-                                          "dropped/interleaved", "images/pairs")}
+                                          "dropped/interleaved", "images/pairs", "docs/text", "dropped/extract",
+                                          "extract")}
     assert outputs[True] == outputs[False]
     assert outputs[True]["docs/interleaved"] and outputs[True]["dropped/image_pairs"]
