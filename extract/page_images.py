@@ -122,20 +122,23 @@ def all_page_views(page: dict, text: TextLimits, pairs: PairsLimits,
     every step would read the same string the same way: resiliparse as the engine, the branches' size
     limits all met, each step's deadline sending the page to the same place (in process or the child;
     extract/sandbox.py in_process_is_safe) and the text extracted on one CPU as page steps are."""
+    def apart():
+        return text_view(page, text), *page_views(page, pairs, interleaved)
+
     payload = page.get("payload") or b""
     limit = min(text.max_html_bytes, pairs.max_html_bytes, interleaved.max_html_bytes)
     if "html" in page or text.engine != "resiliparse" or not text.one_cpu or len(payload) > limit:
-        return text_view(page, text), *page_views(page, pairs, interleaved)
+        return apart()
     try:
         decoded = decode_html(payload, page.get("http_charset") or "")
     except ExtractionError as err:
         return (None, "", "", err.reason, err.detail), ([], False, "page_undecodable", ""), (
             None, False, "page_undecodable", "")
     except Exception:  # each step's own verdict
-        return text_view(page, text), *page_views(page, pairs, interleaved)
+        return apart()
     html = decoded.text
     if len(html) > limit:
-        return text_view(page, text), *page_views(page, pairs, interleaved)
+        return apart()
     if not may_hold_images(html):
         return _main_text(decoded, text), ([], False, "", ""), (Linearised(), False, "", "")
     views_ms = pairs.timeout_ms + interleaved.timeout_ms

@@ -65,7 +65,9 @@ def separate_views(page, text=EXTRACT, pairs=PAIRS, interleaved=INTERLEAVED) -> 
     return repr((text_view(page, text), pairs_view(page, pairs), interleaved_view(page, interleaved)))
 
 
-def test_the_text_view_made_with_the_image_views_is_the_text_branch_s_own():
+def test_the_text_view_made_with_the_image_views_is_the_text_branch_s_own(monkeypatch):
+    shared, call = [], page_images.text_and_image_views_bounded
+    monkeypatch.setattr(page_images, "text_and_image_views_bounded", lambda *a: shared.append(call(*a)) or shared[-1])
     pages = [as_page(html, url) for html, url in real_pages()]
     pages += [as_page('<html><body><h1>A post</h1><blockquote class="twitter-tweet"><p>' + "Quoted words. " * 30
                       + '</p></blockquote><p>' + "Article words here. " * 40 + '</p><img src="/a.jpg" alt="An owl">'
@@ -80,6 +82,7 @@ def test_the_text_view_made_with_the_image_views_is_the_text_branch_s_own():
         assert repr(views) == separate_views(page)
         texts += bool(views[0][0])
     assert texts == len(pages)
+    assert len(shared) >= len(real_pages())  # the real pages, each with an <img>, took the shared call
     html, url = real_pages()[0]
     big = as_page(html, url)
     for text, pairs in ((EXTRACT.model_copy(update={"max_html_bytes": 1000}), PAIRS),
