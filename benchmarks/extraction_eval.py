@@ -13,9 +13,10 @@ decoded once (extract.html.decode_html, the pipeline's charset rules) and handed
   template lines, a cross-page step, are left out: the set has one page per host;
 - `default_in_sample`: the same with the shipped head, fitted on all 181 pages (in-sample here, for
   reference only);
-- `curate_extract`: what `curate extract` does to a page (pipelines/extract_pages.py: charset decoding of
-  the page's UTF-8 bytes, extraction, fastText's language, the line steps with the shipped boilerplate
-  head, so its scores are in-sample as `default_in_sample`'s), the acceptance measure of its speed;
+- `curate_extract`: what `curate extract` does to the pages (pipelines/extract_pages.py: charset decoding
+  of each page's UTF-8 bytes, extraction, fastText's language, the line steps with the shipped boilerplate
+  head, so its scores are in-sample as `default_in_sample`'s; each step over a batch of pages, as the
+  command steps a file's pages), the acceptance measure of its speed;
 - `default_extractor`: extract_main_text alone, without the line steps;
 - `default_extractor_lines`: extract_main_text and the line steps without the boilerplate model
   (`quality.boilerplate_model: false`);
@@ -99,7 +100,8 @@ def scores(predicted: str, truth: str) -> tuple[float, float, float]:
 def engines() -> dict:
     """name -> fn(page, half): the text of a page (extract.html.Decoded; `half` picks the held-out
     boilerplate head). Our engines get the page as the extract stage hands it over (its text and, for
-    UTF-8 pages, the payload bytes the extractor's child process is sent); the others its text."""
+    UTF-8 pages, the payload bytes the extractor's child process is sent); the others its text.
+    `curate_extract` is batched: fn([(page, half), ...]) -> the texts (see `call`)."""
     import trafilatura
     from resiliparse.extract.html2text import extract_plain_text
 
@@ -113,9 +115,11 @@ def engines() -> dict:
     shipped = load_model()
     text_branch = TextBranchSteps(load_config(None))
 
-    def curate_extract(page):
-        payload = page.utf8 if page.utf8 is not None else page.text.encode("utf-8", "surrogatepass")
-        return text_branch(html_raw_page(payload))[0] or ""
+    def curate_extract(pages):  # all pages at once, as `curate extract` steps a file's pages
+        return [text or "" for text, _ in text_branch([html_raw_page(
+            page.utf8 if page.utf8 is not None else page.text.encode("utf-8", "surrogatepass")) for page, _ in pages])]
+
+    curate_extract.batched = True
 
     def ours(page, engine="resiliparse"):
         return extract_main_text(page.text, engine, utf8=page.utf8).strip()
@@ -126,7 +130,7 @@ def engines() -> dict:
     return {
         "default": lambda page, half: judged(ours(page), held_out[half]),
         "default_in_sample": lambda page, half: judged(ours(page), shipped),
-        "curate_extract": lambda page, half: curate_extract(page),
+        "curate_extract": curate_extract,
         "default_extractor": lambda page, half: ours(page),
         "default_extractor_lines": lambda page, half: judged(ours(page)),
         "resiliparse_bare": lambda page, half: extract_plain_text(page.text, main_content=True),
@@ -192,6 +196,11 @@ def fresh_copy(page):
     return dataclasses.replace(page, text=text)
 
 
+def call(fn, pages: list[tuple]) -> list[str]:
+    """The texts of an engine on (page, half) pairs: a batched engine (`fn.batched`) takes them all at once."""
+    return fn(pages) if getattr(fn, "batched", False) else [fn(page, half) for page, half in pages]
+
+
 def timed_rounds(fns: dict, pages: list, n_rounds: int, outputs: dict, seconds: dict) -> list[dict]:
     """Every engine once per round, rounds back to back, round r starting with the r-th engine, so that no
     engine always runs first, right after the previous round's last one: each engine's texts go to
@@ -201,14 +210,20 @@ def timed_rounds(fns: dict, pages: list, n_rounds: int, outputs: dict, seconds: 
         spent_in_round = {}
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
-            for page, _, half in pages[:WARM_PAGES]:  # untimed: the engine's code and tables back in the caches
-                fn(page, half)
-            texts, spent = [], 0.0
-            for page, _, half in pages:
-                page = fresh_copy(page)
+            # untimed: the engine's code and tables back in the caches
+            call(fn, [(page, half) for page, _, half in pages[:WARM_PAGES]])
+            if getattr(fn, "batched", False):
+                copies = [(fresh_copy(page), half) for page, _, half in pages]
                 start = time.perf_counter()
-                texts.append(fn(page, half))
-                spent += time.perf_counter() - start
+                texts = fn(copies)
+                spent = time.perf_counter() - start
+            else:
+                texts, spent = [], 0.0
+                for page, _, half in pages:
+                    page = fresh_copy(page)
+                    start = time.perf_counter()
+                    texts.append(fn(page, half))
+                    spent += time.perf_counter() - start
             outputs[name] = texts
             seconds[name] = min(spent, seconds.get(name, spent))
             spent_in_round[name] = spent
@@ -344,7 +359,7 @@ def main(argv=None) -> int:
     # of the machine cannot favour whichever engine ran outside it.
     fns, outputs, seconds = engines(), {}, {}
     for fn in fns.values():
-        fn(pages[0][0], pages[0][2])  # imports and first-call set-up are not a page's cost
+        call(fn, [(pages[0][0], pages[0][2])])  # imports and first-call set-up are not a page's cost
     rounds = timed_rounds(fns, pages, args.rounds, outputs, seconds)
     results, default_texts = {}, None
     for name in fns:

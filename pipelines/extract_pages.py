@@ -36,7 +36,10 @@ class Unfinished(NamedTuple):
 
 class TextBranchSteps:
     """The text branch's steps up to the quality rules, with the config `cfg` (a run config). Called on a
-    raw page (io.RAW_SCHEMA): (text, None) or (None, reason)."""
+    list of raw pages (io.RAW_SCHEMA): each page's (text, None) or (None, reason). Each step goes over
+    all the pages before the next starts, as the pipeline steps its batches (pipelines/stage.py
+    DocumentStep): the extractor, lid.176's n-gram rows and the line steps' tables stay in the CPU
+    caches instead of evicting one another at every page."""
 
     def __init__(self, cfg):
         from pipelines.stages import ExtractText, IdentifyLanguage
@@ -49,38 +52,38 @@ class TextBranchSteps:
             step.start_bundle()
         self.templates: dict = {}  # host -> its template-line hashes (quality.template_lines)
 
-    def __call__(self, raw: dict) -> tuple[str | None, str | None]:
-        page, reason = self.unfinished(raw)
-        return (None, reason) if page is None else (self.finish(page), None)
+    def __call__(self, raws: list[dict]) -> list[tuple[str | None, str | None]]:
+        pages = self.unfinished(raws)
+        texts = iter(self.finish([page for page, _ in pages if page is not None]))
+        return [(None, reason) if page is None else (next(texts), None) for page, reason in pages]
 
-    def unfinished(self, raw: dict) -> tuple[Unfinished | None, str | None]:
-        """The extract and language stages: (Unfinished, None) or (None, reason)."""
+    def unfinished(self, raws: list[dict]) -> list[tuple[Unfinished | None, str | None]]:
+        """The extract and language stages: each page's (Unfinished, None) or (None, reason)."""
         from filters.template_lines import host_of
         from pipelines.stage import Drop
 
-        doc = self.extract.step(raw)
-        if isinstance(doc, Drop):
-            return None, doc.reason
-        doc = self.language.step(doc)
-        if isinstance(doc, Drop):
-            return None, doc.reason
-        return Unfinished(doc["text"], host_of(doc.get("url"))), None
+        docs = [self.extract.step(raw) for raw in raws]
+        docs = [doc if isinstance(doc, Drop) else self.language.step(doc) for doc in docs]
+        return [(None, doc.reason) if isinstance(doc, Drop) else (Unfinished(doc["text"], host_of(doc.get("url"))), None)
+                for doc in docs]
 
-    def finish(self, page: Unfinished) -> str:
+    def finish(self, pages: list[Unfinished]) -> list[str]:
         """The quality stage's line removal: the host's template lines, then filters/clean.py's steps."""
         from filters.clean import clean_for_rules
         from filters.template_lines import remove_template_lines
 
-        text = page.text
-        if page.host in self.templates:
-            text, _ = remove_template_lines(text, self.templates[page.host])
         quality = self.cfg.quality
-        return clean_for_rules(text, quality.c4_line_filter, quality.link_list_lines,
-                               quality.boilerplate_model, quality.rendering_max_copies,
-                               quality.label_lines)[0]
+        texts = [remove_template_lines(page.text, self.templates[page.host])[0] if page.host in self.templates
+                 else page.text for page in pages]
+        return [clean_for_rules(text, quality.c4_line_filter, quality.link_list_lines, quality.boilerplate_model,
+                                quality.rendering_max_copies, quality.label_lines)[0] for text in texts]
 
 
-PageStep = Callable[[dict], tuple[object, str | None]]  # a raw page -> (text, None) or (None, reason)
+# a list of raw pages -> each one's (text, None) or (None, reason): TextBranchSteps or its `unfinished`
+PageSteps = Callable[[list[dict]], list[tuple[object, str | None]]]
+# Pages stepped together: the pipeline's batch for lid.176 (pipelines/stages.py IdentifyLanguage); at most
+# this many payloads wait in memory.
+BATCH_PAGES = 256
 
 
 def html_raw_page(payload: bytes, path: str = "") -> dict:
@@ -89,7 +92,8 @@ def html_raw_page(payload: bytes, path: str = "") -> dict:
             "content_type": "text/html", "http_charset": "", "payload": payload}
 
 
-def html_file_page(path: str, steps: PageStep) -> dict:
+def html_file_line(path: str) -> dict:
+    """An HTML file's line, its raw page under `raw` (to be stepped), or its reason."""
     with open(path, "rb") as fh:
         payload = fh.read()
     if path.endswith(".gz"):
@@ -97,12 +101,12 @@ def html_file_page(path: str, steps: PageStep) -> dict:
             payload = gzip.decompress(payload)
         except (OSError, EOFError):
             return {"path": path, "text": None, "reason": "not_gzip_data"}
-    text, reason = steps(html_raw_page(payload, path))
-    return {"path": path, "text": text, "reason": reason}
+    return {"path": path, "raw": html_raw_page(payload, path)}
 
 
-def warc_pages(path: str, steps: PageStep, max_record_bytes: int) -> Iterator[dict]:
-    """The read stage's verdict on each record (extract.records.record_fates), then `steps`."""
+def warc_lines(path: str, max_record_bytes: int) -> Iterator[dict]:
+    """The read stage's verdict on each record (extract.records.record_fates) as a line; a page to step
+    holds its raw page under `raw`."""
     from extract.records import raw_page, record_fates
     from extract.warc import iter_records
 
@@ -113,10 +117,45 @@ def warc_pages(path: str, steps: PageStep, max_record_bytes: int) -> Iterator[di
             elif fate == "duplicate":
                 yield {"url": item.url, "text": None, "reason": "duplicate_record"}
             elif fate in ("html", "text"):
-                text, reason = steps(raw_page(item, doc, fate))
-                yield {"url": item.url, "text": text, "reason": reason}
+                yield {"url": item.url, "raw": raw_page(item, doc, fate)}
             elif fate != "not_a_page":  # requests, metadata, warcinfo are not pages
                 yield {"url": item.url, "text": None, "reason": reason}
+
+
+def stepped(lines: Iterator[dict], steps: PageSteps, batch: int = BATCH_PAGES) -> Iterator[dict]:
+    """`lines` in their order, each `raw` page replaced by its `text` and `reason` from `steps`, called on
+    `batch` pages at a time."""
+    waiting, raws = [], []
+    for line in lines:
+        waiting.append(line)
+        if "raw" in line:
+            raws.append(line["raw"])
+            if len(raws) < batch:
+                continue
+        elif raws:
+            continue
+        yield from _with_texts(waiting, steps(raws) if raws else [])
+        waiting, raws = [], []
+    yield from _with_texts(waiting, steps(raws) if raws else [])
+
+
+def _with_texts(lines: list[dict], results: list) -> Iterator[dict]:
+    results = iter(results)
+    for line in lines:
+        if "raw" in line:
+            line = {k: v for k, v in line.items() if k != "raw"}
+            line["text"], line["reason"] = next(results)
+        yield line
+
+
+def html_file_page(path: str, steps: PageSteps) -> dict:
+    """One HTML file's line."""
+    return next(stepped(iter([html_file_line(path)]), steps))
+
+
+def warc_pages(path: str, steps: PageSteps, max_record_bytes: int) -> Iterator[dict]:
+    """A WARC file's lines."""
+    return stepped(warc_lines(path, max_record_bytes), steps)
 
 
 def _spooled(pages: Iterator[dict], steps: TextBranchSteps) -> Iterator[dict]:
@@ -134,14 +173,25 @@ def _spooled(pages: Iterator[dict], steps: TextBranchSteps) -> Iterator[dict]:
         steps.templates = host_templates(seen, quality.template_lines_min_pages, quality.template_lines_min_share)
         del seen
         spool.seek(0)
-        while True:
-            try:
-                page = pickle.load(spool)
-            except EOFError:
-                return
-            if page["text"] is not None:
-                page["text"] = steps.finish(page["text"])
-            yield page
+        for batch in _spooled_batches(spool):
+            texts = iter(steps.finish([page["text"] for page in batch if page["text"] is not None]))
+            for page in batch:
+                if page["text"] is not None:
+                    page["text"] = next(texts)
+                yield page
+
+
+def _spooled_batches(spool) -> Iterator[list[dict]]:
+    batch = []
+    while True:
+        try:
+            batch.append(pickle.load(spool))
+        except EOFError:
+            break
+        if len(batch) == BATCH_PAGES:
+            yield batch
+            batch = []
+    yield batch
 
 
 def extract_to_jsonl(paths: list[str], output: str, cfg) -> dict:
@@ -153,14 +203,13 @@ def extract_to_jsonl(paths: list[str], output: str, cfg) -> dict:
         raise UserError(f"--input: no such file: {', '.join(missing)}")
     steps = TextBranchSteps(cfg)
     spool = cfg.quality.template_lines
-    step = steps.unfinished if spool else steps
 
-    def read(path):
+    def lines(path):
         if path.lower().endswith(HTML_SUFFIXES):
-            return [html_file_page(path, step)]
-        return warc_pages(path, step, cfg.read.max_record_bytes)
+            return [html_file_line(path)]
+        return warc_lines(path, cfg.read.max_record_bytes)
 
-    pages = (page for path in paths for page in read(path))
+    pages = stepped((line for path in paths for line in lines(path)), steps.unfinished if spool else steps)
     summary = {"pages": 0, "with_text": 0, "reasons": {}}
     with open(output, "w", encoding="utf-8") as out:
         for page in _spooled(pages, steps) if spool else pages:
