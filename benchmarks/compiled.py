@@ -17,6 +17,9 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
   casefolded text, as `normalize_for_hash` gives it them);
 - the synthetic-text stage's style counts (filters/synthetic.py `style_counts` vs style_counts_python, on
   the prose sample the stage takes and its lower-cased form, as `style_features` gives them);
+- the interleaved branch's paragraph rules' counts (filters/nodes.py `paragraph_counts` vs
+  paragraph_counts_python: characters neither letters nor marks, punctuation marks), on each line of the
+  text, as a web document's paragraphs are judged;
 - the boilerplate model's line scores (filters/boilerplate.py `line_scores`, filters/_boilerplate.c after
   the line classes' regexes, vs line_scores_python), with the shipped head, on the text's lines.
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
@@ -81,7 +84,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from dedup import exact
-    from filters import boilerplate, quality, synthetic, template_lines
+    from filters import boilerplate, nodes, quality, synthetic, template_lines
     from filters._ngrams import ngram_coverage
     from filters._words import text_counts, tokenize, word_stats
 
@@ -104,6 +107,9 @@ def main() -> None:
         "word_runs": compare(exact.word_runs, exact.word_runs_python, [t.casefold() for t in texts], (), args.repeat),
         "style_counts": compare(lambda pair: synthetic.style_counts(*pair),
                                 lambda pair: synthetic.style_counts_python(*pair), lowered_samples, (), args.repeat),
+        "paragraph_counts": compare(lambda lines: [nodes.paragraph_counts(line) for line in lines],
+                                    lambda lines: [nodes.paragraph_counts_python(line) for line in lines],
+                                    [t.split("\n") for t in texts], (), args.repeat),
         "boilerplate_scores": compare(boilerplate.line_scores, boilerplate.line_scores_python,
                                       [t.split("\n") for t in texts], (boilerplate.load_model(),), args.repeat),
     }

@@ -36,6 +36,11 @@
    without '_') of text joined by one space, the oracle being dedup/exact.py `word_runs_python`
    (`[\W_]+` replaced by a space, stripped).
 
+   paragraph_counts(text, classes, punctuation) -> (special characters, punctuation marks) of a paragraph, the
+   oracle being filters/nodes.py `paragraph_counts_python`: the characters that are neither letters (the regex
+   [^\W\d_]: Py_UNICODE_ISALNUM and not Py_UNICODE_ISDECIMAL) nor combining marks (the MARK bit, BMP only as
+   the regex's class), and of those the ones in the str `punctuation`.
+
    style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions,
    first-person words, capitals), the counts filters/synthetic.py `style_features` takes, the oracle being
    `style_counts_python`: the words are `[a-z']+|\d+` of the lower-cased sample (\d: Py_UNICODE_ISDECIMAL,
@@ -233,6 +238,28 @@ static PyObject *text_counts(PyObject *self, PyObject *args) {
                          PyBool_FromLong(seen & WIDE));
 }
 
+static PyObject *paragraph_counts(PyObject *self, PyObject *args) {
+    PyObject *text, *classes_obj, *punctuation;
+    const unsigned char *classes;
+    if (!PyArg_ParseTuple(args, "UOU", &text, &classes_obj, &punctuation) || get_classes(classes_obj, &classes) < 0)
+        return NULL;
+    int kind = PyUnicode_KIND(text), pkind = PyUnicode_KIND(punctuation);
+    const void *data = PyUnicode_DATA(text), *pdata = PyUnicode_DATA(punctuation);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), np = PyUnicode_GET_LENGTH(punctuation), special = 0, marks = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if ((is_alnum(classes, c) && !Py_UNICODE_ISDECIMAL(c)) || (cls(classes, c) & MARK)) continue;
+        special++;
+        for (Py_ssize_t j = 0; j < np; j++) {
+            if (PyUnicode_READ(pkind, pdata, j) == c) {
+                marks++;
+                break;
+            }
+        }
+    }
+    return Py_BuildValue("nn", special, marks);
+}
+
 static PyObject *normalised_lines(PyObject *self, PyObject *args) {
     PyObject *text;
     if (!PyArg_ParseTuple(args, "U", &text)) return NULL;
@@ -376,6 +403,8 @@ static PyMethodDef methods[] = {
     {"normalised_lines", normalised_lines, METH_VARARGS,
      "normalised_lines(folded) -> each line of a casefolded text, stripped, whitespace runs as one space, digits as 0"},
     {"word_runs", word_runs, METH_VARARGS, "word_runs(text) -> the runs of alphanumeric characters joined by one space"},
+    {"paragraph_counts", paragraph_counts, METH_VARARGS,
+     "paragraph_counts(text, classes, punctuation) -> (characters not letters or marks, those in punctuation)"},
     {"style_counts", style_counts, METH_VARARGS,
      "style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions, "
      "first-person words, capitals) of an English prose sample"},

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 # CELL_SEPARATOR, between a table row's cells: the special-character rule sees it as the space it stands
 # for, and the punctuation rule counts it as a mark (a row's cells are no keyword run).
 from extract.interleaved import CELL_SEPARATOR
-from filters.quality import _MARKS, tokenize
+from filters.quality import _MARKS, char_classes, tokenize
 
 # Runs of letters (any script: \w less digits and "_") and runs of combining marks: every other character
 # (punctuation, symbols, digits, whitespace) is a special character. Matched as runs of two plain classes:
@@ -47,8 +47,9 @@ from filters.quality import _MARKS, tokenize
 _LETTER_OR_MARK_RUN = re.compile(rf"[^\W\d_]+|[{_MARKS}]+")
 # OBELICS's punctuation (, ; : ? ! .), and the same marks of other scripts: full-width and CJK, Arabic
 # (، ؛ ؟ ۔), Greek question mark, Devanagari danda, Armenian, Ethiopic.
-_PUNCTUATION = re.compile("[,;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"
-                          "\u037e\u0964\u0965\u0589\u055d\u055e\u1362\u1363\u1364\u1367]")
+PUNCTUATION = (",;:?!.\uff0c\uff1b\uff1a\uff1f\uff01\uff0e\u3001\u3002\u060c\u061b\u061f\u06d4"
+               "\u037e\u0964\u0965\u0589\u055d\u055e\u1362\u1363\u1364\u1367")
+_PUNCTUATION = re.compile(f"[{re.escape(PUNCTUATION)}]")
 
 
 class NodeRules(BaseModel):
@@ -95,9 +96,20 @@ def word_repetition(words: list[str], n: int) -> float:
     return sum(c for c in counts.values() if c > 1) / total
 
 
-def special_characters(text: str) -> int:
-    """How many characters of `text` are neither letters nor combining marks."""
-    return len(text) - sum(map(len, _LETTER_OR_MARK_RUN.findall(text)))
+def paragraph_counts_python(text: str) -> tuple[int, int]:
+    """(how many characters of `text` are neither letters nor combining marks, how many are PUNCTUATION):
+    the oracle of filters/_words.c, which `paragraph_counts` is where it was built."""
+    return len(text) - sum(map(len, _LETTER_OR_MARK_RUN.findall(text))), len(_PUNCTUATION.findall(text))
+
+
+try:
+    from filters import _words  # built by `pip install` (setup.py) where a C compiler is
+
+    def paragraph_counts(text: str) -> tuple[int, int]:
+        """See `paragraph_counts_python`."""
+        return _words.paragraph_counts(text, char_classes(), PUNCTUATION)
+except ImportError:
+    paragraph_counts = paragraph_counts_python
 
 
 def judge_paragraph(text: str, rules: NodeRules) -> str | None:
@@ -111,9 +123,10 @@ def judge_paragraph(text: str, rules: NodeRules) -> str | None:
     if word_repetition(words, rules.word_repetition_n) > rules.max_word_repetition:
         return "node_word_repetition"
     plain = text.replace(CELL_SEPARATOR, " ") if CELL_SEPARATOR in text else text  # cells as the page shows them
-    if special_characters(plain) / len(plain) > rules.max_special_characters:
+    special, marks = paragraph_counts(plain)  # a separator holds no punctuation: the same marks as in `text`
+    if special / len(plain) > rules.max_special_characters:
         return "node_special_characters"
-    marks = len(_PUNCTUATION.findall(text)) + text.count(CELL_SEPARATOR)
+    marks += text.count(CELL_SEPARATOR)
     if len(words) + marks >= rules.punctuation_min_words and marks / (len(words) + marks) < rules.min_punctuation:
         return "node_punctuation"
     return None

@@ -60,11 +60,12 @@ def test_repetition_ratios_are_obelics_definitions():
 
 
 def test_special_characters_are_what_is_not_a_letter_or_a_mark():
-    """The rule counts runs of a regex; the oracle classifies each character (a letter: alphanumeric but not a
-    decimal digit; a mark: a combining mark, ZWNJ or ZWJ)."""
+    """The rule counts runs of a regex, and its compiled twin scans characters; the oracle classifies each
+    character (a letter: alphanumeric but not a decimal digit; a mark: a combining mark, ZWNJ or ZWJ; a
+    punctuation mark: one of PUNCTUATION)."""
     import unicodedata
 
-    from filters.nodes import special_characters
+    from filters.nodes import PUNCTUATION, paragraph_counts, paragraph_counts_python
 
     def special(ch):
         letter = ch.isalnum() and not ch.isdecimal()
@@ -72,10 +73,20 @@ def test_special_characters_are_what_is_not_a_letter_or_a_mark():
         return not (letter or mark)
 
     rng = random.Random(3)
-    alphabet = "aZé ü\t\n0975٣,.;!?-_|{}()<>/\\\"'%$€²½Ⅻनिकोड因参加、。가각🙂\u0301\u200d"
+    alphabet = "aZé ü\t\n0975٣,.;!?-_|{}()<>/\\\"'%$€²½Ⅻनिकोड因参加、。가각🙂\u0301\u200d،؟।"
     for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
-        assert special_characters(text) == sum(map(special, text)), repr(text)
+        expected = (sum(map(special, text)), sum(ch in PUNCTUATION for ch in text))
+        assert paragraph_counts_python(text) == expected and paragraph_counts(text) == expected, repr(text)
+
+
+def test_the_compiled_paragraph_counts_are_the_oracle_s_on_every_code_point():
+    """Every BMP code point (lone surrogates too), and astral ones of several kinds, alone: the compiled counts are the regexes'."""
+    from filters import _words  # noqa: F401  (built by the Makefile: the compiled path is the one under test)
+    from filters.nodes import paragraph_counts, paragraph_counts_python
+
+    points = [*range(0x10000), 0x1F642, 0x1D7D8, 0x10140, 0x20000, 0x1D165, 0xE0100, 0x10FFFF]
+    assert [paragraph_counts(chr(cp)) for cp in points] == [paragraph_counts_python(chr(cp)) for cp in points]
 
 
 def test_char_repetition_is_off_by_default_and_available():
@@ -287,3 +298,13 @@ def test_the_document_rules_count_a_tables_words_not_its_separators():
     assert judged["text"] == text  # the document keeps its separators
     rules = QualityFilter(QualityConfig())
     assert "gopher_alpha_words" in rules(text, "en")[0]
+
+
+def test_the_compiled_paragraph_counts_are_the_oracle_s_on_real_pages():
+    """Every paragraph of the real pages of tests/data/interleaved (several scripts), as the stage reads them."""
+    from filters.nodes import paragraph_counts, paragraph_counts_python
+
+    paragraphs = [p for name in sorted(PAGES) if name.endswith(".html")
+                  for n in _web_doc(name)["nodes"] if n["type"] == "text" for p in n["text"].split("\n")]
+    assert len(paragraphs) > 500
+    assert [paragraph_counts(p) for p in paragraphs] == [paragraph_counts_python(p) for p in paragraphs]

@@ -1,10 +1,11 @@
 """The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation,
-exact dedup's word runs and the style features' counts (filters/_words.c) against their Python oracles
-(filters/quality.py tokenize_python, word_stats_python, text_counts_python; filters/template_lines.py
-normalised_lines_python; dedup/exact.py word_runs_python; filters/synthetic.py style_counts_python): the
-same words, counts, lines and runs on
-every code point, on random texts mixing scripts, marks, digits, separators and whitespace, and on real
-pages' text in several languages. Also the ellipsis count's regex against its plain form."""
+exact dedup's word runs, the style features' and the paragraph rules' counts (filters/_words.c) against their
+Python oracles (filters/quality.py tokenize_python, word_stats_python, text_counts_python;
+filters/template_lines.py normalised_lines_python; dedup/exact.py word_runs_python; filters/synthetic.py
+style_counts_python; filters/nodes.py paragraph_counts_python, whose oracle tests are in tests/test_nodes.py):
+the same words, counts, lines and runs on every code point, on random texts mixing scripts, marks, digits,
+separators and whitespace, and on real pages' text in several languages. Also the ellipsis count's regex
+against its plain form."""
 
 import random
 import re
@@ -15,7 +16,8 @@ import pytest
 
 from dedup import exact
 from dedup.exact import word_runs_python
-from filters import quality, synthetic, template_lines
+from filters import nodes, quality, synthetic, template_lines
+from filters.nodes import paragraph_counts_python
 from filters.quality import char_classes, text_counts_python, tokenize_python, word_stats_python
 from filters.synthetic import STYLE_WORDS, style_counts_python
 from filters.template_lines import normalised_lines_python
@@ -77,6 +79,8 @@ def test_the_quality_rules_use_the_compiled_tokenizer_and_statistics():
     sample = "I've noted, crucially, that IBM's 2024 report doesn't delve into it: My view isn't O'Brien's."
     lowered = sample.lower()
     assert synthetic.style_counts(lowered, sample) == style_counts_python(lowered, sample) == (15, 2, 1, 2, 5, 2, 4)
+    assert nodes.paragraph_counts is not paragraph_counts_python  # its oracle tests: tests/test_nodes.py
+    assert nodes.paragraph_counts("Né 3½ – ok, done.") == paragraph_counts_python("Né 3½ – ok, done.") == (8, 2)
 
 
 def test_every_code_point_between_letters_digits_and_alone():
@@ -184,3 +188,8 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(TypeError):
         words.style_counts(b"bytes", "text", STYLE_WORDS)
     assert words.style_counts("", "", STYLE_WORDS) == (0, 0, 0, 0, 0, 0, 0)
+    with pytest.raises(TypeError):
+        words.paragraph_counts("text", char_classes(), b".,")
+    with pytest.raises(TypeError):
+        words.paragraph_counts("text", b"short", ".,")
+    assert words.paragraph_counts("", char_classes(), ".,") == (0, 0)
