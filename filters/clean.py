@@ -238,6 +238,29 @@ CALL_TO_ACTION_NOTICES = (
 _CALL_TO_ACTION_MAX_CHARS = 200
 
 
+def _anchored(notices: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The notices grouped under anchors: a word of 5 or more characters that several of them hold (the one
+    most hold first, then the next among the rest), or a notice alone. A notice occurs in a text only where
+    its anchor does, so a text is searched for each anchor and for the notices of the anchors it holds."""
+    left, groups = list(notices), []
+    while left:
+        holders = {}
+        for notice in left:
+            for word in set(notice.split()):
+                if len(word) >= 5:
+                    holders.setdefault(word, []).append(notice)
+        anchor, group = max(holders.items(), key=lambda item: (len(item[1]), item[0]), default=("", []))
+        if len(group) < 2:
+            break
+        groups.append((anchor, tuple(group)))
+        left = [notice for notice in left if notice not in group]
+    return tuple(groups) + tuple((notice, (notice,)) for notice in left)
+
+
+_NOTICE_KINDS = ((_anchored(FORM_NOTICES), _FORM_MAX_CHARS),
+                 (_anchored(CALL_TO_ACTION_NOTICES), _CALL_TO_ACTION_MAX_CHARS))
+
+
 def section_label(line: str) -> str | None:
     """The SECTION_LABELS or WIDGET_LABELS entry `line` is (normalised: lower case, single spaces, without
     its edges and a section's count; a widget's digits as 0), or None."""
@@ -274,11 +297,11 @@ def remove_label_lines(text: str) -> tuple[str, int]:
     drop = {k for k, line in enumerate(lines)
             if len(line) < _CREDIT_MAX_CHARS and _LABEL_START.match(line) and _is_label_line(line)
             or len(line) < _SKIP_MAX_CHARS and _SKIP_START.match(line) and _is_skip_link_line(line)}
-    for kind, max_chars in ((FORM_NOTICES, _FORM_MAX_CHARS),
-                            (CALL_TO_ACTION_NOTICES, _CALL_TO_ACTION_MAX_CHARS)):
+    for anchored, max_chars in _NOTICE_KINDS:
         short = [k for k, line in enumerate(lines) if len(line) < max_chars]
         lowered = "\n".join(lines[k] for k in short).lower()  # the lines that may go: prose lines are longer
-        notices = [notice for notice in kind if notice in lowered]  # substring scans: linear time
+        notices = [notice for anchor, group in anchored if anchor in lowered  # substring scans: linear time
+                   for notice in group if notice in lowered]
         if notices:  # the lines only where they hold a notice
             drop.update(k for k in short if any(notice in lines[k].lower() for notice in notices))
     starts = None  # each line's offset in the text, computed once, when a tail heading is first met

@@ -1628,6 +1628,21 @@ def test_calls_to_action_go_in_short_lines_and_stay_in_prose():
     assert remove_label_lines("\n".join(para + [long_line])) == ("\n".join(para + [long_line]), 0)
 
 
+def test_every_notice_is_searched_under_an_anchor_it_holds():
+    """The notices are searched for only where an anchor of theirs occurs: every notice is under exactly one
+    anchor, which it holds, so a line holding a notice is found as a scan of all the notices finds it."""
+    from filters.clean import _NOTICE_KINDS, CALL_TO_ACTION_NOTICES, FORM_NOTICES, remove_label_lines
+
+    for (anchored, _), notices in zip(_NOTICE_KINDS, (FORM_NOTICES, CALL_TO_ACTION_NOTICES)):
+        assert sorted(n for _, group in anchored for n in group) == sorted(notices)
+        assert all(anchor in notice for anchor, group in anchored for notice in group)
+        assert sum(len(group) > 1 for _, group in anchored) >= 5  # grouping is what saves the scans
+    para = "A paragraph of the article that goes on long enough to be prose and never a notice of any kind."
+    for notice in FORM_NOTICES + CALL_TO_ACTION_NOTICES:
+        line = f"» {notice.upper()} «"
+        assert remove_label_lines(f"{para}\n{line}\n{para}") == (f"{para}\n{para}", 1), notice
+
+
 def test_widget_lines_form_messages_and_a_late_author_box_go():
     """A print button, a loading placeholder, a link back to the top and a reading time go as labels
     (digits as 0: "5 min read", "Lesezeit: 4 Min."); Webflow's form messages go wherever they stand; an
