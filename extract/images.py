@@ -171,10 +171,23 @@ def _choose_src(img, picture_sources: list[str]) -> str:
     return src
 
 
+# An http(s) URL already in the form canonical_url gives: lower-case scheme and host (no port, no user),
+# a path and an optional non-empty query of characters `quote` leaves as they are (no fragment, no ';'
+# parameters, no empty "?"). canonical_url and urljoin give such a URL back unchanged (canonical_url_parsed
+# is the oracle); matched in linear time (no nested quantifiers).
+_CANONICAL_HTTP_URL = re.compile(r"https?://[a-z0-9.-]+/[A-Za-z0-9/%:@!$&'()*+,=~._-]*"
+                                 r"(?:\?[A-Za-z0-9/%:@!$&'()*+,=~._?-]+)?")
+
+
 def canonical_url(url: str) -> str:
     """The form image URLs are joined on (page references and WARC captures alike): fragment dropped,
     scheme and host lower-cased, default port dropped, an empty path as "/", spaces and non-ASCII
     characters percent-encoded as UTF-8 (what browsers send). Other schemes come back unchanged."""
+    return url if _CANONICAL_HTTP_URL.fullmatch(url) else canonical_url_parsed(url)
+
+
+def canonical_url_parsed(url: str) -> str:
+    """canonical_url by parsing the URL (what it does with a URL not already in the form)."""
     try:
         parts = urlsplit(url)
         scheme, host, port = parts.scheme.lower(), parts.hostname or "", parts.port
@@ -194,6 +207,8 @@ def _resolve(base: str, src: str) -> str:
         return ""
     if src[:5].lower() == "data:":
         return src[:64]
+    if _CANONICAL_HTTP_URL.fullmatch(src):  # absolute and canonical: urljoin and canonical_url give it back
+        return src
     src = re.sub(r"[\t\n\r]", "", src)  # browsers drop these inside URLs
     try:
         return canonical_url(urljoin(base, src))

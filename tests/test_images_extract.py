@@ -135,6 +135,49 @@ def test_alt_language_rule_uses_lid():
     assert check_image_ref(ref(alt="A dog in the park"), cfg, lid) == "alt_language"
 
 
+def test_a_url_already_canonical_comes_back_as_parsing_it_gives_it():
+    """canonical_url and an img's resolved URL take a URL of the canonical form as it is: the same as
+    parsing, joining and re-encoding it gives, on random URLs near that form (upper case, ports, users,
+    fragments, empty queries, ';' parameters, spaces, non-ASCII, relative paths) and on the real pages'
+    image sources."""
+    import random
+    import re
+    from urllib.parse import urljoin
+
+    from extract.images import _CANONICAL_HTTP_URL, _resolve, canonical_url_parsed
+
+    rng = random.Random(11)
+    pieces = ["http://", "https://", "HTTP://", "ftp://", "//", "/", "", "a.org", "A.org", "x-y.b9.net", ":80", ":8080",
+              "u@", "/p", "/Q", "?", "?a=1", "#f", ";k", "%2F", " ", "é", "~", "..", "./", "&b", "(c)", "'", "=",
+              "\t", "?", "/", "data:x"]
+    urls = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(10_000)]
+    safe, tricky = "aZ09/%:@!$&'()*+,=~._-", "?#;: A@é\t/%[]"
+    for _ in range(10_000):  # URLs of the canonical form, half of them with one character more
+        path = "".join(rng.choice(safe) for _ in range(rng.randint(0, 12)))
+        query = "?" + "".join(rng.choice(safe + "?") for _ in range(rng.randint(0, 6))) if rng.random() < 0.5 else ""
+        url = f"{rng.choice(['http', 'https'])}://{rng.choice(['a.org', 'x-y.b9.net', 'h'])}/{path}{query}"
+        if rng.random() < 0.5:
+            at = rng.randint(0, len(url))
+            url = url[:at] + rng.choice(tricky) + url[at:]
+        urls.append(url)
+    bases = ["https://example.org/a/b.html", "http://Example.ORG:80/x?y#z", ""]
+    fast = 0
+    for url in urls:
+        assert canonical_url(url) == canonical_url_parsed(url), url
+        if url and url[:5].lower() != "data:":
+            for base in bases:
+                try:
+                    expected = canonical_url_parsed(urljoin(base, re.sub(r"[\t\n\r]", "", url)))
+                except ValueError:
+                    expected = re.sub(r"[\t\n\r]", "", url)[:200]
+                assert _resolve(base, url) == expected, (base, url)
+        fast += _CANONICAL_HTTP_URL.fullmatch(url) is not None
+    assert fast > 500  # the fast path is what is tested
+    refs = [r for path, part in ((MINI, "prairie-tribune.io/p/5b7b1115"), (UKWA, "Main_Page"))
+            for r in extract_images(*reversed(html_of(path, part))) if r.url[:5] != "data:"]
+    assert len(refs) > 10 and all(canonical_url(r.url) == canonical_url_parsed(r.url) == r.url for r in refs)
+
+
 def test_page_noai_meta_and_canonical_urls():
     assert page_disallows_ai('<head><meta name="robots" content="noai, noimageai"></head>')
     assert page_disallows_ai("<meta content='noimageai' name=robots>")
