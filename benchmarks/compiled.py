@@ -20,6 +20,8 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the interleaved branch's paragraph rules' counts (filters/nodes.py `paragraph_counts` vs
   paragraph_counts_python: characters neither letters nor marks, punctuation marks), on each line of the
   text, as a web document's paragraphs are judged;
+- the cross-lingual stage's anchors (dedup/crosslingual.py `anchors` vs anchors_python), with the page's
+  language;
 - the boilerplate model's line scores (filters/boilerplate.py `line_scores`, filters/_boilerplate.c after
   the line classes' regexes, vs line_scores_python), with the shipped head, on the text's lines.
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
@@ -83,7 +85,7 @@ def main() -> None:
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from dedup import exact
+    from dedup import crosslingual, exact
     from filters import boilerplate, nodes, quality, synthetic, template_lines
     from filters._ngrams import ngram_coverage
     from filters._words import text_counts, tokenize, word_stats
@@ -110,6 +112,8 @@ def main() -> None:
         "paragraph_counts": compare(lambda lines: [nodes.paragraph_counts(line) for line in lines],
                                     lambda lines: [nodes.paragraph_counts_python(line) for line in lines],
                                     [t.split("\n") for t in texts], (), args.repeat),
+        "anchors": compare(lambda text: crosslingual.anchors(text, "en"), lambda text: crosslingual.anchors_python(
+            text, "en"), texts, (), args.repeat),
         "boilerplate_scores": compare(boilerplate.line_scores, boilerplate.line_scores_python,
                                       [t.split("\n") for t in texts], (boilerplate.load_model(),), args.repeat),
     }

@@ -78,9 +78,10 @@ class CrossLingualConfig(BaseModel):
         "null: only score it"))
 
 
-def anchors(text: str, lang: str = "") -> list[str]:
+def anchors_python(text: str, lang: str = "") -> list[str]:
     """The document's anchors in order, lower-cased (module docstring). Whether a word opens a sentence
-    (a sentence end in the gap before it) is asked only of the words the answer decides."""
+    (a sentence end in the gap before it) is asked only of the words the answer decides. The oracle of
+    filters/_words.c, which `anchors` is where it was built."""
     parts = _TOKEN.split(text)
     words = parts[1::2]  # word k follows the gap parts[2k]
     foreign = sum(1 for word in words if word >= _FOREIGN_SCRIPT) > _FOREIGN_SHARE * len(words)
@@ -106,6 +107,17 @@ def anchors(text: str, lang: str = "") -> list[str]:
         elif len(word) >= 3 and (foreign or (names and not _opens(parts, k) and word[0].isupper())):
             out.append(word.lower())
     return out
+
+
+try:
+    from filters import _words  # built by `pip install` (setup.py) where a C compiler is
+    from filters.quality import char_classes
+
+    def anchors(text: str, lang: str = "") -> list[str]:
+        """See `anchors_python`."""
+        return _words.anchors(text, char_classes(), lang.split("-")[0] in NOUN_CAPITALISING)
+except ImportError:
+    anchors = anchors_python
 
 
 def _opens(parts: list[str], k: int) -> bool:

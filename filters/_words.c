@@ -41,6 +41,14 @@
    [^\W\d_]: Py_UNICODE_ISALNUM and not Py_UNICODE_ISDECIMAL) nor combining marks (the MARK bit, BMP only as
    the regex's class), and of those the ones in the str `punctuation`.
 
+   anchors(text, classes, capitalises_nouns) -> the cross-lingual anchors of text in order, lower-cased, the
+   oracle being dedup/crosslingual.py `anchors_python`: the tokens of `([^\W_]+(?:[-.,/:#=+][^\W_]+)*)`
+   (\w without '_': Py_UNICODE_ISALNUM, from the table in the BMP), scanned greedily (a joiner belongs to a token
+   only with an alphanumeric character after it, and runs are maximal, so the scan is the regex's only
+   match); a text is foreign when more than 0.3 of its tokens start at U+0370 or above; each ASCII token is
+   judged by the oracle's rules (all its tests are ASCII tests there), the gap before it read for a sentence
+   end only where a rule asks.
+
    style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions,
    first-person words, capitals), the counts filters/synthetic.py `style_features` takes, the oracle being
    `style_counts_python`: the words are `[a-z']+|\d+` of the lower-cased sample (\d: Py_UNICODE_ISDECIMAL,
@@ -260,6 +268,104 @@ static PyObject *paragraph_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("nn", special, marks);
 }
 
+static inline int is_joiner(Py_UCS4 c) {
+    return c == '-' || c == '.' || c == ',' || c == '/' || c == ':' || c == '#' || c == '=' || c == '+';
+}
+
+static inline int is_sentence_end(Py_UCS4 c) {
+    return c == '.' || c == '!' || c == '?' || c == ':' || c == ';' || c == '\n' || c == 0x3002 || c == 0xFF01 ||
+           c == 0xFF1F;
+}
+
+/* A token [start, end) and whether the gap before it holds a sentence end (the first token: yes). */
+typedef struct { Py_ssize_t start, end; int opens; } Token;
+
+static PyObject *anchors(PyObject *self, PyObject *args) {
+    PyObject *text, *classes_obj;
+    const unsigned char *classes;
+    int capitalises_nouns;
+    if (!PyArg_ParseTuple(args, "UOp", &text, &classes_obj, &capitalises_nouns) || get_classes(classes_obj, &classes) < 0)
+        return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), count = 0, high = 0, gap_start = 0;
+    Token *tokens = PyMem_Malloc((n / 2 + 1) * sizeof(Token));
+    if (!tokens) return PyErr_NoMemory();
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (!is_alnum(classes, PyUnicode_READ(kind, data, i))) {
+            i++;
+            continue;
+        }
+        Token t = {i, i, count == 0};
+        for (Py_ssize_t g = gap_start; g < i && !t.opens; g++) t.opens = is_sentence_end(PyUnicode_READ(kind, data, g));
+        while (i < n && is_alnum(classes, PyUnicode_READ(kind, data, i))) i++;
+        while (i + 1 < n && is_joiner(PyUnicode_READ(kind, data, i)) && is_alnum(classes, PyUnicode_READ(kind, data, i + 1))) {
+            i++;
+            while (i < n && is_alnum(classes, PyUnicode_READ(kind, data, i))) i++;
+        }
+        t.end = gap_start = i;
+        high += PyUnicode_READ(kind, data, t.start) >= 0x370;
+        tokens[count++] = t;
+    }
+    int foreign = (double)high > 0.3 * (double)count, names = !foreign && !capitalises_nouns;
+    PyObject *out = PyList_New(0);
+    char *word = PyMem_Malloc(n + 1);
+    if (!out || !word) {
+        PyMem_Free(tokens);
+        PyMem_Free(word);
+        Py_XDECREF(out);
+        return out ? PyErr_NoMemory() : NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t len = tokens[k].end - tokens[k].start, j;
+        int ascii = 1, letters = 0, digits = 0, lower = 0, upper = 0, code = 0, hyphen = 0, inner_upper = 0;
+        for (j = 0; j < len; j++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, tokens[k].start + j);
+            if (c > 127) {
+                ascii = 0;
+                break;
+            }
+            word[j] = (char)c;
+            if (c >= 'a' && c <= 'z') letters++, lower++;
+            else if (c >= 'A' && c <= 'Z') letters++, upper++, inner_upper |= j > 0;
+            else if (c >= '0' && c <= '9') digits++;
+            else code |= c != '-' && c != ',', hyphen |= c == '-';
+        }
+        if (!ascii) continue;
+        int alpha = letters == len, is_lower = lower > 0 && upper == 0, is_upper = upper > 0 && lower == 0;
+        int keep = 0, filter = 0; /* filter: 1 letters and digits only, 2 digits only */
+        if (alpha) {
+            if (is_lower) keep = foreign && len >= 3;
+            else keep = (len >= 2 && is_upper) || inner_upper || (len >= 3 && (foreign || (names && !tokens[k].opens)));
+        } else if (digits) {
+            keep = 1, filter = letters ? 1 : 2;
+        } else {
+            keep = code || (len >= 2 && is_upper) || (!hyphen && inner_upper)
+                   || (len >= 3 && (foreign || (names && !tokens[k].opens && word[0] >= 'A' && word[0] <= 'Z')));
+        }
+        if (!keep) continue;
+        Py_ssize_t m = 0;
+        for (j = 0; j < len; j++) {
+            char c = word[j];
+            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+            int letter = c >= 'a' && c <= 'z', digit = c >= '0' && c <= '9';
+            if (filter == 0 || digit || (filter == 1 && letter)) word[m++] = c;
+        }
+        PyObject *anchor = PyUnicode_FromStringAndSize(word, m);
+        if (!anchor || PyList_Append(out, anchor) < 0) {
+            Py_XDECREF(anchor);
+            Py_DECREF(out);
+            out = NULL;
+            break;
+        }
+        Py_DECREF(anchor);
+    }
+    PyMem_Free(tokens);
+    PyMem_Free(word);
+    return out;
+}
+
 static PyObject *normalised_lines(PyObject *self, PyObject *args) {
     PyObject *text;
     if (!PyArg_ParseTuple(args, "U", &text)) return NULL;
@@ -405,6 +511,8 @@ static PyMethodDef methods[] = {
     {"word_runs", word_runs, METH_VARARGS, "word_runs(text) -> the runs of alphanumeric characters joined by one space"},
     {"paragraph_counts", paragraph_counts, METH_VARARGS,
      "paragraph_counts(text, classes, punctuation) -> (characters not letters or marks, those in punctuation)"},
+    {"anchors", anchors, METH_VARARGS,
+     "anchors(text, classes, capitalises_nouns) -> the cross-lingual anchors of text, lower-cased, in order"},
     {"style_counts", style_counts, METH_VARARGS,
      "style_counts(lowered, sample, style_words) -> (words, style words, digit words, long words, contractions, "
      "first-person words, capitals) of an English prose sample"},

@@ -53,6 +53,31 @@ def test_anchors_run_in_linear_time_on_hostile_text():
     assert len(anchor_pairs("Word 1 " * 100_000, "en")) == 2  # (1, word) and (word, 1)
 
 
+def test_the_compiled_anchors_are_the_oracle_s():
+    """filters/_words.c `anchors` against dedup/crosslingual.py anchors_python: on the real W3C articles (each
+    in its language, and as German, which takes no names), on random texts of letters, digits, joiners,
+    sentence ends and other scripts, and on every BMP code point between, inside and after tokens."""
+    import random
+
+    from dedup import crosslingual
+    from filters import _words  # noqa: F401  (built by the Makefile: the compiled path is the one under test)
+
+    assert crosslingual.anchors is not crosslingual.anchors_python
+    oracle = crosslingual.anchors_python
+    for row in articles():
+        for lang in (row["lang"], "de"):
+            assert anchors(row["text"], lang) == oracle(row["text"], lang), (row["id"], lang)
+    rng = random.Random(7)
+    alphabet = "aZbY09 -.,/:#=+_\n!?;。！？ΑβЖж字é\u0301²HTMLh2o\t"
+    for _ in range(5_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        for lang in ("en", "de", "ru"):
+            assert anchors(text, lang) == oracle(text, lang), (text, lang)
+    for block in range(0, 0x10000, 32):  # 32 code points a text
+        text = " ".join(f"Ab{ch}Cd x{ch} 1{ch}2 {ch}Ef. Gh{ch}" for ch in map(chr, range(block, block + 32)))
+        assert anchors(text, "en") == oracle(text, "en"), hex(block)
+
+
 def test_match_rule():
     cfg = CrossLingualConfig(min_shared=3, min_containment=0.3)
     assert is_match(3, 10, 100, cfg) and not is_match(2, 4, 4, cfg)  # at least 3 shared ...

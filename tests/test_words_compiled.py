@@ -1,8 +1,9 @@
 """The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation,
-exact dedup's word runs, the style features' and the paragraph rules' counts (filters/_words.c) against their
-Python oracles (filters/quality.py tokenize_python, word_stats_python, text_counts_python;
+exact dedup's word runs, the style features', the paragraph rules' counts and the cross-lingual anchors
+(filters/_words.c) against their Python oracles (filters/quality.py tokenize_python, word_stats_python, text_counts_python;
 filters/template_lines.py normalised_lines_python; dedup/exact.py word_runs_python; filters/synthetic.py
-style_counts_python; filters/nodes.py paragraph_counts_python, whose oracle tests are in tests/test_nodes.py):
+style_counts_python; filters/nodes.py paragraph_counts_python and dedup/crosslingual.py anchors_python,
+whose oracle tests are in tests/test_nodes.py and tests/test_crosslingual.py):
 the same words, counts, lines and runs on every code point, on random texts mixing scripts, marks, digits,
 separators and whitespace, and on real pages' text in several languages. Also the ellipsis count's regex
 against its plain form."""
@@ -193,3 +194,8 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(TypeError):
         words.paragraph_counts("text", b"short", ".,")
     assert words.paragraph_counts("", char_classes(), ".,") == (0, 0)
+    with pytest.raises(TypeError):
+        words.anchors(b"bytes", char_classes(), False)
+    with pytest.raises(TypeError):
+        words.anchors("text", b"short", False)
+    assert words.anchors("", char_classes(), True) == []
