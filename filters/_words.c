@@ -284,7 +284,8 @@ static PyObject *anchors(PyObject *self, PyObject *args) {
     PyObject *text, *classes_obj;
     const unsigned char *classes;
     int capitalises_nouns;
-    if (!PyArg_ParseTuple(args, "UOp", &text, &classes_obj, &capitalises_nouns) || get_classes(classes_obj, &classes) < 0)
+    if (!PyArg_ParseTuple(args, "UOp", &text, &classes_obj, &capitalises_nouns) ||
+        get_classes(classes_obj, &classes) < 0)
         return NULL;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -300,7 +301,8 @@ static PyObject *anchors(PyObject *self, PyObject *args) {
         Token t = {i, i, count == 0};
         for (Py_ssize_t g = gap_start; g < i && !t.opens; g++) t.opens = is_sentence_end(PyUnicode_READ(kind, data, g));
         while (i < n && is_alnum(classes, PyUnicode_READ(kind, data, i))) i++;
-        while (i + 1 < n && is_joiner(PyUnicode_READ(kind, data, i)) && is_alnum(classes, PyUnicode_READ(kind, data, i + 1))) {
+        while (i + 1 < n && is_joiner(PyUnicode_READ(kind, data, i)) &&
+               is_alnum(classes, PyUnicode_READ(kind, data, i + 1))) {
             i++;
             while (i < n && is_alnum(classes, PyUnicode_READ(kind, data, i))) i++;
         }

@@ -64,8 +64,8 @@ class TextBranchSteps:
 
         docs = [self.extract.step(raw) for raw in raws]
         docs = [doc if isinstance(doc, Drop) else self.language.step(doc) for doc in docs]
-        return [(None, doc.reason) if isinstance(doc, Drop) else (Unfinished(doc["text"], host_of(doc.get("url"))), None)
-                for doc in docs]
+        return [(None, doc.reason) if isinstance(doc, Drop) else
+                (Unfinished(doc["text"], host_of(doc.get("url"))), None) for doc in docs]
 
     def finish(self, pages: list[Unfinished]) -> list[str]:
         """The quality stage's line removal: the host's template lines, then filters/clean.py's steps."""

@@ -81,7 +81,8 @@ def test_special_characters_are_what_is_not_a_letter_or_a_mark():
 
 
 def test_the_compiled_paragraph_counts_are_the_oracle_s_on_every_code_point():
-    """Every BMP code point (lone surrogates too), and astral ones of several kinds, alone: the compiled counts are the regexes'."""
+    """Every BMP code point (lone surrogates too), and astral ones of several kinds, alone: the compiled counts
+    are the regexes'."""
     from filters import _words  # noqa: F401  (built by the Makefile: the compiled path is the one under test)
     from filters.nodes import paragraph_counts, paragraph_counts_python
 

@@ -1,10 +1,10 @@
 """The compiled word tokenizer, Gopher word statistics, whole-text counts, template-line normalisation,
 exact dedup's word runs, the style features', the paragraph rules' counts and the cross-lingual anchors
-(filters/_words.c) against their Python oracles (filters/quality.py tokenize_python, word_stats_python, text_counts_python;
-filters/template_lines.py normalised_lines_python; dedup/exact.py word_runs_python; filters/synthetic.py
-style_counts_python; filters/nodes.py paragraph_counts_python and dedup/crosslingual.py anchors_python,
-whose oracle tests are in tests/test_nodes.py and tests/test_crosslingual.py):
-the same words, counts, lines and runs on every code point, on random texts mixing scripts, marks, digits,
+(filters/_words.c) against their Python oracles (filters/quality.py tokenize_python, word_stats_python,
+text_counts_python; filters/template_lines.py normalised_lines_python; dedup/exact.py word_runs_python;
+filters/synthetic.py style_counts_python; filters/nodes.py paragraph_counts_python and dedup/crosslingual.py
+anchors_python, whose oracle tests are in tests/test_nodes.py and tests/test_crosslingual.py): the same
+words, counts, lines and runs on every code point, on random texts mixing scripts, marks, digits,
 separators and whitespace, and on real pages' text in several languages. Also the ellipsis count's regex
 against its plain form."""
 
