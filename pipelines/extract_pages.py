@@ -81,9 +81,10 @@ class TextBranchSteps:
 
 # a list of raw pages -> each one's (text, None) or (None, reason): TextBranchSteps or its `unfinished`
 PageSteps = Callable[[list[dict]], list[tuple[object, str | None]]]
-# Pages stepped together: the pipeline's batch for lid.176 (pipelines/stages.py IdentifyLanguage); at most
-# this many payloads wait in memory.
+# Pages stepped together: the pipeline's batch for lid.176 (pipelines/stages.py IdentifyLanguage), fewer where
+# their payloads reach BATCH_BYTES first (a record may be read.max_record_bytes: 64 MiB by default).
 BATCH_PAGES = 256
+BATCH_BYTES = 64 << 20
 
 
 def html_raw_page(payload: bytes, path: str = "") -> dict:
@@ -122,20 +123,22 @@ def warc_lines(path: str, max_record_bytes: int) -> Iterator[dict]:
                 yield {"url": item.url, "text": None, "reason": reason}
 
 
-def stepped(lines: Iterator[dict], steps: PageSteps, batch: int = BATCH_PAGES) -> Iterator[dict]:
+def stepped(lines: Iterator[dict], steps: PageSteps, batch: int = BATCH_PAGES,
+            batch_bytes: int = BATCH_BYTES) -> Iterator[dict]:
     """`lines` in their order, each `raw` page replaced by its `text` and `reason` from `steps`, called on
-    `batch` pages at a time."""
-    waiting, raws = [], []
+    `batch` pages at a time, or fewer once their payloads hold `batch_bytes`."""
+    waiting, raws, size = [], [], 0
     for line in lines:
         waiting.append(line)
         if "raw" in line:
             raws.append(line["raw"])
-            if len(raws) < batch:
+            size += len(line["raw"].get("payload") or b"")
+            if len(raws) < batch and size < batch_bytes:
                 continue
         elif raws:
             continue
         yield from _with_texts(waiting, steps(raws) if raws else [])
-        waiting, raws = [], []
+        waiting, raws, size = [], [], 0
     yield from _with_texts(waiting, steps(raws) if raws else [])
 
 

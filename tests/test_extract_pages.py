@@ -12,13 +12,13 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 def test_lines_keep_their_order_and_pages_are_stepped_in_batches():
     """A line without a page to step waits for the pages read before it; no batch exceeds `batch`; every
     page is stepped once."""
-    lines = [{"url": "a", "raw": 1}, {"url": "e", "text": None, "reason": "bad"}, {"url": "b", "raw": 2},
-             {"url": "c", "raw": 3}, {"url": "f", "text": None, "reason": "bad"}, {"url": "d", "raw": 4}]
+    lines = [{"url": "a", "raw": {"n": 1}}, {"url": "e", "text": None, "reason": "bad"}, {"url": "b", "raw": {"n": 2}},
+             {"url": "c", "raw": {"n": 3}}, {"url": "f", "text": None, "reason": "bad"}, {"url": "d", "raw": {"n": 4}}]
     calls = []
 
     def steps(raws):
-        calls.append(list(raws))
-        return [(f"text {r}", None) if r % 2 else (None, "odd_one") for r in raws]
+        calls.append([raw["n"] for raw in raws])
+        return [(f"text {raw['n']}", None) if raw["n"] % 2 else (None, "odd_one") for raw in raws]
 
     out = list(stepped(iter(lines), steps, batch=2))
     assert [line["url"] for line in out] == ["a", "e", "b", "c", "f", "d"]
@@ -28,6 +28,20 @@ def test_lines_keep_their_order_and_pages_are_stepped_in_batches():
     assert out[1] == lines[1] and all("raw" not in line for line in out)
     assert list(stepped(iter([lines[1]]), steps)) == [lines[1]]  # nothing to step: no call
     assert len(calls) == 2
+
+
+def test_a_batch_ends_where_its_payloads_reach_the_byte_bound():
+    """Large records are stepped in smaller batches: at most `batch_bytes` of payloads (and one record) wait."""
+    lines = [{"url": str(k), "raw": {"payload": b"x" * size}} for k, size in enumerate((60, 50, 10, 200, 5, 5))]
+    calls = []
+
+    def steps(raws):
+        calls.append([len(raw["payload"]) for raw in raws])
+        return [("text", None)] * len(raws)
+
+    out = list(stepped(iter(lines), steps, batch=10, batch_bytes=100))
+    assert calls == [[60, 50], [10, 200], [5, 5]]
+    assert [line["url"] for line in out] == [str(k) for k in range(6)]
 
 
 def test_a_batch_of_pages_gets_what_each_page_gets_alone():
