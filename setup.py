@@ -7,4 +7,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2", "-ffp-contract=off"])
                    for name, source in (("filters._ngrams", "filters/_ngrams.c"), ("filters._words", "filters/_words.c"),
                                         ("filters._boilerplate", "filters/_boilerplate.c"),
-                                        ("extract._pdflines", "extract/_pdflines.c"))])
+                                        ("extract._pdflines", "extract/_pdflines.c"),
+                                        ("packing._pieces", "packing/_pieces.c"))])

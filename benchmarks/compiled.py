@@ -1,6 +1,7 @@
-"""The quality rules' compiled paths against their Python implementations (their test oracles and
-fallbacks), on real pages: ms per document for both, the speed-up, and whether every result was the same
-(the compiled PDF layout is measured by benchmarks/pdf.py, against a bare pypdfium2 loop).
+"""The compiled paths against their oracles (the Python implementations, which are also their fallbacks; the
+Hugging Face tokenizer for the token ids), on real pages: ms per document for both, the speed-up, and whether
+every result was the same (the compiled PDF layout is measured by benchmarks/pdf.py, against a bare pypdfium2
+loop).
 
     python benchmarks/compiled.py [--warc ../shared/data/corpus/mixed-dev.warc.gz] [--repeat 3]
 
@@ -23,7 +24,12 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the cross-lingual stage's anchors (dedup/crosslingual.py `anchors` vs anchors_python), with the page's
   language;
 - the boilerplate model's line scores (filters/boilerplate.py `line_scores`, filters/_boilerplate.c after
-  the line classes' regexes, vs line_scores_python), with the shipped head, on the text's lines.
+  the line classes' regexes, vs line_scores_python), with the shipped head, on the text's lines;
+- the DeepSeek-V3 tokenizer's token ids (packing/pieces.py: packing/_pieces.c's pre-tokenizer and the cache
+  of the pieces' ids, vs the Hugging Face tokenizer itself, its oracle), one text at a time as the pack
+  stage's batches of one would, with the cache the passes before filled ("tokenizer") and with an empty
+  cache at the start of each pass ("tokenizer_cold_cache": every piece met for the first time costs the
+  Hugging Face BPE).
 Each timing is the best of --repeat passes over all documents, the two implementations alternating.
 """
 
@@ -80,6 +86,28 @@ def compare(compiled, python, docs: list, args: tuple, repeat: int) -> dict:
     return {"ms_per_doc": ms, "speedup": round(ms["python"] / ms["compiled"], 1), "identical": same}
 
 
+def tokenizer_paths(texts: list[str], repeat: int) -> dict:
+    """The compiled pieces against the Hugging Face tokenizer, with a warm and with a cold piece cache."""
+    from packing.tokenizer import DocTokenizer
+
+    tok = DocTokenizer()
+    pieces, hf = tok.pieces, tok.tok
+
+    def compiled(text):
+        return pieces.encode_texts([text])[0].tolist()
+
+    def python(text):
+        return hf.encode(text, add_special_tokens=False).ids
+
+    def cold(text):
+        if text is texts[0]:
+            pieces.cache.clear()
+        return compiled(text)
+
+    return {"tokenizer": compare(compiled, python, texts, (), repeat),
+            "tokenizer_cold_cache": compare(cold, python, texts, (), repeat)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
@@ -116,12 +144,15 @@ def main() -> None:
             text, "en"), texts, (), args.repeat),
         "boilerplate_scores": compare(boilerplate.line_scores, boilerplate.line_scores_python,
                                       [t.split("\n") for t in texts], (boilerplate.load_model(),), args.repeat),
+        **tokenizer_paths(texts, args.repeat),
     }
     result = {"warc": portable(str(args.warc)), "documents": len(docs), "words": sum(map(len, docs)), **paths}
     print(json.dumps(result, indent=2))
-    record(__file__, {f"{name}, ms per page, compiled vs Python": (
-        f"{r['ms_per_doc']['compiled']} vs {r['ms_per_doc']['python']} ({r['speedup']}x, "
-        f"{'identical' if r['identical'] else 'DIFFERENT'} on {len(docs):,} pages)") for name, r in paths.items()}, result)
+    record(__file__, {
+        f"{name}, ms per page, compiled vs {'Hugging Face' if name.startswith('tokenizer') else 'Python'}": (
+            f"{r['ms_per_doc']['compiled']} vs {r['ms_per_doc']['python']} ({r['speedup']}x, "
+            f"{'identical' if r['identical'] else 'DIFFERENT'} on {len(docs):,} pages)") for name, r in paths.items()},
+        result)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from packing.config import PackConfig
+from packing.pieces import PieceEncoder
 
 DEFAULT_TOKENIZER = "deepseek-v3"
 BOS_NAMES = ("<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
@@ -128,6 +129,7 @@ class DocTokenizer:
         with open(path, "rb") as fh:
             raw = fh.read()
         self.tok = Tokenizer.from_str(raw.decode("utf-8"))
+        self.pieces = PieceEncoder.of(json.loads(raw), self.tok)  # None: encode with self.tok alone
         folder = os.path.dirname(path)
         bos = _token_id(self.tok, bos_token or _config_token(folder, "bos_token"), "bos")
         eos = _token_id(self.tok, eos_token or _config_token(folder, "eos_token"), "eos")
@@ -163,6 +165,8 @@ class DocTokenizer:
 
     def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         """The text tokens of each text (no BOS/EOS), as uint32 arrays (offsets are not tracked: faster)."""
+        if self.pieces is not None:
+            return self.pieces.encode_texts(texts)
         return [np.array(enc.ids, dtype=ID_DTYPE)
                 for enc in self.tok.encode_batch_fast(texts, add_special_tokens=False)]
 

@@ -1,0 +1,215 @@
+"""The DeepSeek-V3 tokenizer's encoding with its pre-tokenizer compiled and its pieces' token ids cached.
+
+The tokenizer splits a text into pieces with three Oniguruma regexes and runs byte-level BPE on each piece
+alone, so a piece has the same ids wherever it occurs: words recur, and most of a text's pieces were seen
+before. `PieceEncoder` splits the text in compiled code (packing/_pieces.c, which states the splits as a
+scanner), takes each piece's ids from a dict, and runs the BPE of a piece not yet seen in C too; a piece
+too long for it goes to the Hugging Face BPE (a copy of the tokenizer whose pre-tokenizer only maps bytes).
+The Hugging Face tokenizer is the oracle: tests/test_pieces.py checks that both give the same ids on random
+and real texts. Texts that hold one of the tokenizer's added tokens (which it matches before splitting) and
+texts with a lone surrogate go to the Hugging Face tokenizer whole, as does everything where the extension
+was not built.
+
+The scanner's character classes (packing/pieces_classes.txt) are measured from the tokenizer: for each
+code point, which class its regexes give it (`python -m packing.pieces`, a few minutes, rewrites the
+file), so they follow the Unicode version of the tokenizer's Oniguruma, not Python's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+# The pre-tokenizer the scanner implements (DeepSeek-V3's tokenizer.json); any other gets no fast path.
+PRE_TOKENIZER = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": "[一-龥぀-ゟ゠-ヿ]+"}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|"
+                                           "[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|"
+                                           "\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+# What the BPE copy runs on a piece: the byte mapping of the pre-tokenizer's last step, nothing else.
+PIECE_PRE_TOKENIZER = PRE_TOKENIZER["pretokenizers"][-1]
+CLASSES_FILE = os.path.join(os.path.dirname(__file__), "pieces_classes.txt")
+OTHER, LETTER, NUMBER, PUNCT, SPACE = range(5)  # packing/_pieces.c's classes
+CACHE_ENTRIES = 1 << 18  # the cache starts over before a batch once it holds more pieces than this (~35 MB)
+
+
+def load_classes(path: str = CLASSES_FILE) -> bytes:
+    """One class byte per code point from the file's runs (`start_hex class` lines, each class holding up to
+    the next start)."""
+    table = bytearray(0x110000)
+    runs = []
+    with open(path, encoding="ascii") as fh:
+        for line in fh:
+            if line.strip() and not line.startswith("#"):
+                start, cls = line.split()
+                runs.append((int(start, 16), int(cls)))
+    for (start, cls), (end, _) in zip(runs, runs[1:] + [(0x110000, 0)]):
+        table[start:end] = bytes((cls,)) * (end - start)
+    return bytes(table)
+
+
+def byte_chars() -> list[str]:
+    """The character byte-level BPE writes each byte as (GPT-2's `bytes_to_unicode`): printable Latin-1 as
+    itself, every other byte as U+0100 onwards in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(others)) for b in range(256)]
+
+
+def bpe_table(model: dict, compiled):
+    """packing/_pieces.c's table of the BPE `model` (a tokenizer.json's), or None where the model asks for
+    what it does not do (a subword prefix or suffix, byte fallback, merges skipped for whole words, a byte
+    without a token): its pieces then go to the Hugging Face BPE."""
+    if (model.get("continuing_subword_prefix") or model.get("end_of_word_suffix") or model.get("byte_fallback")
+            or model.get("ignore_merges") or model.get("dropout")):
+        return None
+    vocab = model["vocab"]
+    byte_ids = [vocab.get(c) for c in byte_chars()]
+    if None in byte_ids:
+        return None
+    pairs = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in model["merges"]]
+    if any(a not in vocab or b not in vocab or a + b not in vocab for a, b in pairs):
+        return None
+    ids = np.array([(vocab[a], vocab[b], vocab[a + b]) for a, b in pairs], dtype="<u4").reshape(-1, 3)
+    return compiled.bpe(ids[:, 0].tobytes(), ids[:, 1].tobytes(), ids[:, 2].tobytes(),
+                        np.array(byte_ids, dtype="<u4").tobytes())
+
+
+class PieceEncoder:
+    """Token ids of texts as `tokenizers.Tokenizer.encode(text, add_special_tokens=False).ids` gives them, for
+    a tokenizer.json with DeepSeek-V3's normalizer-free pre-tokenizer and a BPE model; `PieceEncoder.of`
+    returns None for any other."""
+
+    def __init__(self, config: dict, compiled, tok=None):
+        from tokenizers import Tokenizer
+
+        self.tok = tok if tok is not None else Tokenizer.from_str(json.dumps(config))
+        self.pieces = Tokenizer.from_str(json.dumps(dict(config, pre_tokenizer=PIECE_PRE_TOKENIZER)))
+        self.compiled = compiled
+        self.classes = load_classes()
+        self.cache: dict[str, bytes] = {}
+        self.bpe = bpe_table(config["model"], compiled)
+        self.added: dict[str, tuple[str, ...]] = {}  # the added tokens by their first two characters
+        for added in config.get("added_tokens", []):
+            self.added.setdefault(added["content"][:2], ())
+            self.added[added["content"][:2]] += (added["content"],)
+        self.added_firsts = "".join(sorted({start[0] for start in self.added}))
+
+    @classmethod
+    def of(cls, config: dict, tok=None) -> "PieceEncoder | None":
+        """The encoder for a tokenizer.json's `config` (and its loaded `tokenizers.Tokenizer`, when there is one),
+        or None."""
+        try:
+            from packing import _pieces  # built by `pip install` (setup.py) where a C compiler is
+        except ImportError:
+            return None
+        normalizer = config.get("normalizer")
+        plain = normalizer is None or normalizer == {"type": "Sequence", "normalizers": []}
+        model = config.get("model", {})
+        if not (plain and config.get("pre_tokenizer") == PRE_TOKENIZER and model.get("type") == "BPE"
+                and not model.get("dropout") and all(len(a["content"]) >= 2 for a in config.get("added_tokens", []))):
+            return None
+        return cls(config, _pieces, tok)
+
+    def _holds_added_token(self, text: str) -> bool:
+        """Whether one of the tokenizer's added tokens occurs in text (looked for where their first character
+        does)."""
+        for first in self.added_firsts:
+            at = text.find(first)
+            while at >= 0:
+                if text.startswith(self.added.get(text[at:at + 2], ()), at):
+                    return True
+                at = text.find(first, at + 1)
+        return False
+
+    def _learn(self, missing: list[str]) -> None:
+        if len(self.cache) + len(missing) > CACHE_ENTRIES:
+            self.cache.clear()
+        unseen = list(dict.fromkeys(missing))
+        for piece, enc in zip(unseen, self.pieces.encode_batch_fast(unseen, add_special_tokens=False)):
+            self.cache[piece] = np.array(enc.ids, dtype="<u4").tobytes()
+
+    def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        """The token ids of each text (no special tokens added), as uint32 arrays."""
+        if len(self.cache) > CACHE_ENTRIES:
+            self.cache.clear()
+        encode = self.compiled.encode
+        found = [None if self._holds_added_token(text) else encode(text, self.cache, self.classes, self.bpe)
+                 for text in texts]
+        for _ in range(2):  # the pieces of the whole batch met for the first time, to the BPE at once; twice:
+            missing = [i for i, ids in enumerate(found) if type(ids) is list]  # learning may start the cache over
+            if not missing:
+                break
+            self._learn([piece for i in missing for piece in found[i]])
+            for i in missing:
+                found[i] = encode(texts[i], self.cache, self.classes, self.bpe)
+        whole = [i for i, ids in enumerate(found) if type(ids) is not bytes]  # or more pieces than the cache holds
+        if whole:
+            for i, enc in zip(whole, self.tok.encode_batch_fast([texts[i] for i in whole], add_special_tokens=False)):
+                found[i] = enc.ids
+        return [np.frombuffer(ids, dtype="<u4") if type(ids) is bytes else np.array(ids, dtype="<u4")
+                for ids in found]
+
+
+def measure_classes(tokenizer_json: str) -> bytes:
+    """Each code point's class as the tokenizer's own three splits treat it, probed by pre-tokenizing it
+    beside characters of known class (a CJK code point beside Kana, which split 2 keeps together)."""
+    from tokenizers import Tokenizer
+
+    with open(tokenizer_json, encoding="utf-8") as fh:
+        pre = json.load(fh)["pre_tokenizer"]
+    if pre != PRE_TOKENIZER:
+        raise ValueError(f"{tokenizer_json} does not have DeepSeek-V3's pre-tokenizer")
+    splits = dict(pre, pretokenizers=pre["pretokenizers"][:3])
+    probe = Tokenizer.from_str(json.dumps({"version": "1.0", "pre_tokenizer": splits, "model": {
+        "type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}})).pre_tokenizer
+
+    def together(text: str) -> bool:
+        return len(probe.pre_tokenize_str(text)) == 1
+
+    table = bytearray(0x110000)
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        if 0x4E00 <= cp <= 0x9FA5 or 0x3040 <= cp <= 0x30FF:
+            table[cp] = LETTER if together("ア" + c) else PUNCT if together("・" + c) else OTHER
+        elif together("1" + c):
+            table[cp] = NUMBER
+        elif together("a" + c):
+            table[cp] = LETTER
+        elif c not in "\r\n" and together("!" + c):
+            table[cp] = PUNCT
+        elif together(c + "\n"):
+            table[cp] = SPACE
+    return bytes(table)
+
+
+def write_classes(table: bytes, path: str = CLASSES_FILE, source: str = "") -> None:
+    with open(path, "w", encoding="ascii") as fh:
+        fh.write(f"# packing/_pieces.c's class of each code point (0 other, 1 letter or mark, 2 number, 3 punctuation\n"
+                 f"# or symbol, 4 whitespace) from this code point up to the next line's; written by\n"
+                 f"# `python -m packing.pieces` from {source}\n")
+        for cp in range(0x110000):
+            if cp == 0 or table[cp] != table[cp - 1]:
+                fh.write(f"{cp:x} {table[cp]}\n")
+
+
+def main(argv: list[str]) -> None:
+    import importlib.metadata
+
+    from packing.tokenizer import DEFAULT_TOKENIZER, resolve_tokenizer_file
+
+    path = resolve_tokenizer_file(argv[0] if argv else DEFAULT_TOKENIZER)
+    write_classes(measure_classes(path), source=f"{os.path.basename(os.path.dirname(path))}/tokenizer.json, "
+                  f"tokenizers {importlib.metadata.version('tokenizers')}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
