@@ -1,4 +1,4 @@
-"""The DeepSeek-V3 tokenizer's compiled pre-tokenizer and cached piece ids (packing/pieces.py,
+"""The DeepSeek-V3 tokenizer's compiled pre-tokenizer and BPE with cached piece ids (packing/pieces.py,
 packing/_pieces.c) against the Hugging Face tokenizer, their oracle: the same token ids on real pages' text
 in several languages, on random texts mixing every class the regexes tell apart, on code points sampled
 from all of Unicode, and on texts holding added tokens; its class table against the tokenizer's regexes."""
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from packing import pieces
+from packing.pieces_classes import measure_classes
 from packing.tokenizer import DEFAULT_TOKENIZER, DocTokenizer, resolve_tokenizer_file
 from tests.test_words_compiled import real_texts
 
@@ -94,13 +95,16 @@ def test_only_deepseek_v3_s_pre_tokenizer_gets_the_fast_path():
 
 
 def test_class_table_is_the_tokenizer_s():
-    """Every run's first and last code point and a sample of the rest, measured again from the tokenizer."""
+    """Every run's first and last code point and a sample of the rest, measured again from the tokenizer, and
+    encoded beside characters of each class."""
     from tokenizers import Tokenizer
 
     table = pieces.load_classes()
     starts = [cp for cp in range(1, 0x110000) if table[cp] != table[cp - 1]]
     sample = set(starts) | {cp - 1 for cp in starts} | set(range(0, 0x110000, 997))
     sample -= set(range(0xD800, 0xE000))
+    measured = measure_classes(resolve_tokenizer_file(DEFAULT_TOKENIZER), sorted(sample))
+    assert [measured[cp] for cp in sorted(sample)] == [table[cp] for cp in sorted(sample)]
     config = json.loads(open(resolve_tokenizer_file(DEFAULT_TOKENIZER), "rb").read())
     probe = Tokenizer.from_str(json.dumps(config))
     texts = [chr(cp) for cp in sorted(sample)]
