@@ -31,8 +31,6 @@ PRE_TOKENIZER = {"type": "Sequence", "pretokenizers": [
                                            "\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
      "behavior": "Isolated", "invert": False},
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-# What the BPE copy runs on a piece: the byte mapping of the pre-tokenizer's last step, nothing else.
-PIECE_PRE_TOKENIZER = PRE_TOKENIZER["pretokenizers"][-1]
 CLASSES_FILE = os.path.join(os.path.dirname(__file__), "pieces_classes.txt")
 OTHER, LETTER, NUMBER, PUNCT, SPACE = range(5)  # packing/_pieces.c's classes
 CACHE_ENTRIES = 1 << 18  # the cache starts over before a batch once it holds more pieces than this (~35 MB)
@@ -68,16 +66,21 @@ def bpe_table(model: dict, compiled):
     if (model.get("continuing_subword_prefix") or model.get("end_of_word_suffix") or model.get("byte_fallback")
             or model.get("ignore_merges") or model.get("dropout")):
         return None
-    vocab = model["vocab"]
-    byte_ids = [vocab.get(c) for c in byte_chars()]
-    if None in byte_ids:
+    vocab, merges = model["vocab"], model["merges"]
+    if all(isinstance(merge, str) for merge in merges):  # "left right": a token holds no space in this format
+        parts = " ".join(merges).split(" ")
+        lefts, rights = parts[0::2], parts[1::2]
+        if len(parts) != 2 * len(merges):
+            return None
+    else:
+        lefts, rights = [left for left, _ in merges], [right for _, right in merges]
+    try:
+        byte_ids = [vocab[c] for c in byte_chars()]
+        ids = [np.fromiter(map(vocab.__getitem__, tokens), dtype="<u4", count=len(merges)).tobytes()
+               for tokens in (lefts, rights, map(str.__add__, lefts, rights))]
+    except KeyError:  # a byte or a merge without its token
         return None
-    pairs = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in model["merges"]]
-    if any(a not in vocab or b not in vocab or a + b not in vocab for a, b in pairs):
-        return None
-    ids = np.array([(vocab[a], vocab[b], vocab[a + b]) for a, b in pairs], dtype="<u4").reshape(-1, 3)
-    return compiled.bpe(ids[:, 0].tobytes(), ids[:, 1].tobytes(), ids[:, 2].tobytes(),
-                        np.array(byte_ids, dtype="<u4").tobytes())
+    return compiled.bpe(*ids, np.array(byte_ids, dtype="<u4").tobytes())
 
 
 class PieceEncoder:
@@ -89,7 +92,7 @@ class PieceEncoder:
         from tokenizers import Tokenizer
 
         self.tok = tok if tok is not None else Tokenizer.from_str(json.dumps(config))
-        self.pieces = Tokenizer.from_str(json.dumps(dict(config, pre_tokenizer=PIECE_PRE_TOKENIZER)))
+        self._pieces_tok = None  # the Hugging Face BPE alone, loaded when a piece first needs it
         self.compiled = compiled
         self.classes = load_classes()
         self.cache: dict[str, bytes] = {}
@@ -128,10 +131,17 @@ class PieceEncoder:
         return False
 
     def _learn(self, missing: list[str]) -> None:
+        """The ids of pieces from the Hugging Face BPE (a copy of the tokenizer whose pre-tokenizer only maps
+        bytes), into the cache."""
+        if self._pieces_tok is None:
+            from tokenizers import Tokenizer, pre_tokenizers
+
+            self._pieces_tok = Tokenizer.from_str(self.tok.to_str())
+            self._pieces_tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         if len(self.cache) + len(missing) > CACHE_ENTRIES:
             self.cache.clear()
         unseen = list(dict.fromkeys(missing))
-        for piece, enc in zip(unseen, self.pieces.encode_batch_fast(unseen, add_special_tokens=False)):
+        for piece, enc in zip(unseen, self._pieces_tok.encode_batch_fast(unseen, add_special_tokens=False)):
             self.cache[piece] = np.array(enc.ids, dtype="<u4").tobytes()
 
     def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
