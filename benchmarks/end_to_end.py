@@ -203,6 +203,66 @@ def datatrove_run(python: str, folder: str, out: str, tasks: int, engine: str = 
     return round(time.perf_counter() - started, 2)
 
 
+def compare_size(result: dict, pages: int, inp: dict, folder: Path, workers_list: list[int], tries: int,
+                 datatrove_python: str) -> None:
+    """The bare loop, then curate with each worker count and datatrove with as many tasks, alternating, into
+    `result` under `pages`."""
+    result["inputs"][pages] = {**inp, "files": len(inp["files"])}
+    docs, seconds = bare_loop(inp["files"])
+    result["bare"][pages] = {"pages": docs, "wall_s": round(seconds, 2), "pages_per_s": round(docs / seconds, 1)}
+    # Settings alternate within each try (1 worker, datatrove 1 task, 2 workers, datatrove 2 tasks,
+    # then again): this machine's speed drifts by up to 1.5x within an hour, so settings run one
+    # after another would compare different machines. The fastest try of each is reported.
+    runs = {w: [] for w in workers_list}
+    dt_walls = {w: [] for w in workers_list}
+    for _ in range(tries):
+        for workers in workers_list:
+            out = tempfile.mkdtemp(prefix="curate-e2e-")
+            runs[workers].append(curate_run(inp["files"], out, workers))
+            subprocess.run(["rm", "-rf", out])
+            if result["datatrove"]["version"]:
+                dt_out = tempfile.mkdtemp(prefix="datatrove-e2e-")
+                dt_walls[workers].append(datatrove_run(datatrove_python, str(folder), dt_out, workers))
+                subprocess.run(["rm", "-rf", dt_out])
+    for workers in workers_list:
+        best = min(runs[workers], key=lambda r: r["wall_s"])
+        rate = inp["pages"] / best["wall_s"]
+        result["curate"][f"{pages}/{workers}w"] = {**best, "pages_per_s": round(rate, 1),
+                                                   "pages_per_s_per_core": round(rate / workers, 1),
+                                                   "tries_wall_s": [r["wall_s"] for r in runs[workers]]}
+        if dt_walls[workers]:
+            wall = min(dt_walls[workers])
+            result["datatrove"][f"{pages}/{workers}"] = {"wall_s": wall, "pages_per_s": round(inp["pages"] / wall, 1),
+                                                         "tries_wall_s": dt_walls[workers]}
+            result["curate"][f"{pages}/{workers}w"]["per_core_vs_datatrove"] = round(wall / best["wall_s"], 2)
+    one, two = (result["curate"].get(f"{pages}/{w}w") for w in (1, 2))
+    if one and two:
+        result.setdefault("speedup_2w", {})[pages] = round(one["wall_s"] / two["wall_s"], 2)
+
+
+def timed_budget(files: list[str], pages: int) -> dict:
+    """One more 1-worker run with each stage timed (Beam's state sampler on, which the other runs leave off:
+    it costs about 2 ms per bundle): ms per page read, per stage."""
+    out = tempfile.mkdtemp(prefix="curate-e2e-cost-")
+    timed = curate_run(files, out, 1, ["--stage-cost"])
+    subprocess.run(["rm", "-rf", out])
+    return {"pages": pages, "workers": 1, "wall_s": timed["wall_s"], **timed["cost"]}
+
+
+def headline_of(result: dict) -> dict:
+    """The record's figures: each size and worker count's wall clock and ratio, 2 workers against 1, the budget."""
+    headline = {}
+    for key, run in result["curate"].items():
+        pages, workers = key.split("/")
+        vs = f", {run['per_core_vs_datatrove']}x datatrove per core" if "per_core_vs_datatrove" in run else ""
+        headline[f"{int(pages):,} pages, {workers}"] = f"{run['wall_s']} s{vs}"
+    headline.update({f"2 workers vs 1 at {int(p):,} pages": f"{x}x" for p, x in result.get("speedup_2w", {}).items()})
+    budget = result["budget"]
+    headline[f"ms per page at {budget['pages']:,} pages, 1 worker, timed"] = (
+        f"{budget['transforms_ms_per_page']} in stages + {budget['runner_ms_per_page']} runner")
+    return headline
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--warc", type=Path, default=DEFAULT_WARC)
@@ -211,53 +271,17 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=1, help="runs per setting; the fastest is reported")
     ap.add_argument("--work", type=Path, default=None, help="folder for the copies (kept between runs)")
     ap.add_argument("--datatrove-python", default=sys.executable,
-                    help="a Python with datatrove[io,processing] and resiliparse installed (it pins other "
-                         "versions than ours: a venv of its own); skipped when it has no datatrove")
+                    help="a Python with datatrove[io,processing], resiliparse, spacy, aiohttp and requests "
+                         "installed (it pins other versions than ours: a venv of its own); skipped when it has "
+                         "no datatrove")
     args = ap.parse_args()
     work = args.work or Path(tempfile.gettempdir()) / "curate-end-to-end"
     result = {"warc": str(args.warc), "cores": os.cpu_count(), "inputs": {}, "curate": {}, "bare": {},
               "datatrove": {"version": datatrove_version(args.datatrove_python)}}
     for pages in args.pages:
         inp = make_input(args.warc, pages, work / f"in-{pages}")
-        result["inputs"][pages] = {**inp, "files": len(inp["files"])}
-        docs, seconds = bare_loop(inp["files"])
-        result["bare"][pages] = {"pages": docs, "wall_s": round(seconds, 2), "pages_per_s": round(docs / seconds, 1)}
-        # Settings alternate within each try (1 worker, datatrove 1 task, 2 workers, datatrove 2 tasks,
-        # then again): this machine's speed drifts by up to 1.5x within an hour, so settings run one
-        # after another would compare different machines. The fastest try of each is reported.
-        runs = {w: [] for w in args.workers}
-        dt_walls = {w: [] for w in args.workers}
-        for _ in range(args.tries):
-            for workers in args.workers:
-                out = tempfile.mkdtemp(prefix="curate-e2e-")
-                runs[workers].append(curate_run(inp["files"], out, workers))
-                subprocess.run(["rm", "-rf", out])
-                if result["datatrove"]["version"]:
-                    dt_out = tempfile.mkdtemp(prefix="datatrove-e2e-")
-                    dt_walls[workers].append(datatrove_run(args.datatrove_python, str(work / f"in-{pages}"),
-                                                           dt_out, workers))
-                    subprocess.run(["rm", "-rf", dt_out])
-        for workers in args.workers:
-            best = min(runs[workers], key=lambda r: r["wall_s"])
-            rate = inp["pages"] / best["wall_s"]
-            result["curate"][f"{pages}/{workers}w"] = {**best, "pages_per_s": round(rate, 1),
-                                                       "pages_per_s_per_core": round(rate / workers, 1),
-                                                       "tries_wall_s": [r["wall_s"] for r in runs[workers]]}
-            if dt_walls[workers]:
-                wall = min(dt_walls[workers])
-                result["datatrove"][f"{pages}/{workers}"] = {"wall_s": wall, "pages_per_s": round(inp["pages"] / wall, 1),
-                                                             "tries_wall_s": dt_walls[workers]}
-                result["curate"][f"{pages}/{workers}w"]["per_core_vs_datatrove"] = round(wall / best["wall_s"], 2)
-        one, two = (result["curate"].get(f"{pages}/{w}w") for w in (1, 2))
-        if one and two:
-            result.setdefault("speedup_2w", {})[pages] = round(one["wall_s"] / two["wall_s"], 2)
-    # the per-page budget: one more 1-worker run of the largest size with each stage timed (Beam's
-    # state sampler on, which the runs above leave off: it costs about 2 ms per bundle)
-    pages = args.pages[-1]  # `inp`: its input, from the loop's last round
-    out = tempfile.mkdtemp(prefix="curate-e2e-cost-")
-    timed = curate_run(inp["files"], out, 1, ["--stage-cost"])
-    subprocess.run(["rm", "-rf", out])
-    result["budget"] = {"pages": pages, "workers": 1, "wall_s": timed["wall_s"], **timed["cost"]}
+        compare_size(result, pages, inp, work / f"in-{pages}", args.workers, args.tries, args.datatrove_python)
+    result["budget"] = timed_budget(inp["files"], args.pages[-1])  # the largest size, from the loop's last round
     # fixed cost: the bundled sample (the default config's inputs, what `make run` runs) with every
     # group finished except the last, rerun --tries times
     out = tempfile.mkdtemp(prefix="curate-e2e-fixed-")
@@ -274,15 +298,7 @@ def main() -> None:
     result["fixed_s"] = {f"sample_last_group_{last}": min(reruns), "tries_wall_s": reruns,
                          "nothing_to_do": noop["wall_s"], "goal_s": 5}
     print(json.dumps(result, indent=2))
-    headline = {}
-    for key, run in result["curate"].items():
-        pages, workers = key.split("/")
-        vs = f", {run['per_core_vs_datatrove']}x datatrove per core" if "per_core_vs_datatrove" in run else ""
-        headline[f"{int(pages):,} pages, {workers}"] = f"{run['wall_s']} s{vs}"
-    headline.update({f"2 workers vs 1 at {int(p):,} pages": f"{x}x" for p, x in result.get("speedup_2w", {}).items()})
-    budget = result["budget"]
-    headline[f"ms per page at {budget['pages']:,} pages, 1 worker, timed"] = (
-        f"{budget['transforms_ms_per_page']} in stages + {budget['runner_ms_per_page']} runner")
+    headline = headline_of(result)
     headline["last-group rerun / nothing to do"] = (f"{result['fixed_s'][f'sample_last_group_{last}']} / "
                                                     f"{result['fixed_s']['nothing_to_do']} s")
     record(__file__, headline, result)

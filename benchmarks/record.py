@@ -120,27 +120,45 @@ def render() -> str:
 
 
 def _budget() -> list[str]:
-    """The per-page budget from end_to_end.py's latest record (its timed run): ms per page read, per stage."""
-    path = RESULTS / "end_to_end.json"
-    rec = json.loads(path.read_text()) if path.exists() else None
-    budget = (rec.get("result") or {}).get("budget") if rec else None
-    if not budget:
+    """The per-page budget from the timed runs of end_to_end.py's (copies of one WARC) and
+    end_to_end_distinct.py's (distinct pages) latest records: ms per page read, per stage, a column each."""
+    runs = []
+    for script, what in (("end_to_end", "copies of mixed-dev"), ("end_to_end_distinct", "distinct pages")):
+        path = RESULTS / f"{script}.json"
+        rec = json.loads(path.read_text()) if path.exists() else None
+        budget = (rec.get("result") or {}).get("budget") if rec else None
+        if budget:
+            runs.append((script, what, rec, budget))
+    if not runs:
         return []
     rows = ["", "## Per-page budget", "",
-            f"`benchmarks/end_to_end.py`'s timed run ({budget['pages']:,} pages, {budget['workers']} worker, "
-            f"`curate run --stage-cost`): Beam's execution time of each stage's transforms per page read (the",
-            "page views that the branches share, one decoding and parse of each page, are charged to the first",
-            "stage that reads them: the extract stage's figure includes the image branches' views); a change that",
-            f"raises a stage's figure says by how much and why. From {rec['commit']}, {rec['date']}, {rec['machine']}.",
-            "",
-            "| stage | ms per page read |", "|---|---|"]
-    rows += [f"| {name} | {budget['stages'][name]['ms_per_page']:.2f} |"
-             for name in budget["order"]]  # the run's order (the record's keys are sorted)
-    rows += [f"| loss audit (outside any stage) | {budget['outside_stages']['ms_per_page']:.2f} |",
-             f"| **all transforms** | **{budget['transforms_ms_per_page']:.2f}** |",
-             f"| runner machinery and idle (the pipeline's wall clock less the above) | {budget['runner_ms_per_page']:.2f} |",
-             f"| **the command's wall clock** (Python start-up and graph construction too) | "
-             f"**{budget['wall_s'] * 1000 / budget['pages']:.2f}** |"]
+            "The timed run of `benchmarks/end_to_end.py` (copies of one real WARC: from exact dedup on, a run",
+            "carries one copy's documents, so the stages after it have little to do) and of",
+            "`benchmarks/end_to_end_distinct.py` (distinct real pages: every stage works on every page), 1 worker,",
+            "`curate run --stage-cost`: Beam's execution time of each stage's transforms per page read (the page",
+            "views that the branches share, one decoding and parse of each page, are charged to the first stage",
+            "that reads them: the extract stage's figure includes the image branches' views); a change that raises",
+            "a stage's figure says by how much and why. "
+            + "; ".join(f"`{script}.py`: {rec['commit']}, {rec['date']}, {rec['machine']}"
+                        for script, _, rec, _ in runs)
+            + ".", "",
+            "| stage | " + " | ".join(f"{what}, {budget['pages']:,} pages" for _, what, _, budget in runs) + " |",
+            "|---|" + "---|" * len(runs)]
+    order = list(dict.fromkeys(name for *_, budget in runs for name in budget["order"]))  # the runs' order
+
+    def cells(fn) -> str:
+        return " | ".join(fn(budget) for *_, budget in runs)
+
+    for name in order:
+        rows.append(f"| {name} | "
+                    + cells(lambda b: f"{b['stages'][name]['ms_per_page']:.2f}" if name in b["stages"] else "") + " |")
+    rows += ["| loss audit (outside any stage) | "
+             + cells(lambda b: f"{b['outside_stages']['ms_per_page']:.2f}") + " |",
+             "| **all transforms** | " + cells(lambda b: f"**{b['transforms_ms_per_page']:.2f}**") + " |",
+             "| runner machinery and idle (the pipeline's wall clock less the above) | "
+             + cells(lambda b: f"{b['runner_ms_per_page']:.2f}") + " |",
+             "| **the command's wall clock** (Python start-up and graph construction too) | "
+             + cells(lambda b: f"**{b['wall_s'] * 1000 / b['pages']:.2f}**") + " |"]
     return rows
 
 
