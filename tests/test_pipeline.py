@@ -161,10 +161,13 @@ def test_pages_are_spread_over_the_workers_only_where_a_file_would_hold_one_up()
                                beam_args=list(beam_args)), sizes)
 
     assert not spread_records(*cfg([10] * 12))                # 12 even files: each worker keeps 6
-    assert spread_records(*cfg([60, 20, 20]))                 # one file holds 60% of the bytes
-    assert not spread_records(*cfg([60, 20, 20], workers=1))  # one worker: nothing to spread to
-    assert not spread_records(*cfg([25, 25, 25, 25]))         # exactly 1/(2P) each: still even
-    assert spread_records(*cfg([10] * 12, workers=8))
+    assert spread_records(*cfg([80, 10, 10]))                 # one file holds 80% of the bytes: 1.6x a share
+    assert not spread_records(*cfg([60, 20, 20]))             # 60 against 40: 1.2x an even share
+    assert not spread_records(*cfg([59, 28, 16, 15, 6, 1]))   # dealt out: 65 and 60
+    assert not spread_records(*cfg([80, 10, 10], workers=1))  # one worker: nothing to spread to
+    assert spread_records(*cfg([100]))                        # one file: the other worker would idle
+    assert spread_records(*cfg([10] * 4, workers=8))          # fewer files than workers
+    assert not spread_records(*cfg([10] * 12, workers=8))     # 2 files against 1.5: 1.33x
     assert spread_records(*cfg([10] * 12, choice=True)) and not spread_records(*cfg([60, 20, 20], choice=False))
     # a distributed runner: the worker count its options give, the reshuffle where they give none
     assert not spread_records(*cfg([10] * 1000, runner="DataflowRunner", beam_args=["--max_num_workers=200"]))
