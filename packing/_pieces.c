@@ -27,7 +27,9 @@
    encode(text, cache, classes, bpe) -> bytes: the token ids of text, as little-endian uint32, each piece's ids
    `cache[piece]` (bytes), or for a piece not there its byte-level BPE (`bpe`, a table made by bpe()), put in
    the cache; a list of the pieces neither gives (repeats included: a piece over MAX_BPE_BYTES, any piece not
-   cached without `bpe`) when there is one; None when text holds a surrogate (the tokenizer rejects it). */
+   cached without `bpe`) when there is one; None when text holds a surrogate (the tokenizer rejects it).
+   Given `lengths` (each token id's length in bytes, uint16), (ids, offsets): offsets the character span of
+   each token as int64 (start, end) pairs, as the tokenizer's offsets are (its post-processor trims none). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -137,12 +139,62 @@ static Py_ssize_t bpe_ids(const Bpe *bpe, const unsigned char *s, Py_ssize_t n, 
     return n;
 }
 
+/* A growing byte buffer. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buffer;
+
+static int append(Buffer *b, const void *bytes, Py_ssize_t n) {
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n;
+        char *grown = PyMem_Realloc(b->data, cap);
+        if (!grown) { PyErr_NoMemory(); return -1; }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, bytes, n);
+    b->len += n;
+    return 0;
+}
+
 typedef struct {
     PyObject *text, *cache, *missing;  /* missing: NULL until a piece is neither in the cache nor short enough */
     const Bpe *bpe;                    /* NULL: every piece not in the cache is missing */
-    char *ids;
-    Py_ssize_t len, cap;
+    const uint16_t *lengths;           /* each token's length in bytes; NULL: no offsets */
+    Py_ssize_t n_lengths;
+    Buffer ids, offsets;               /* offsets: int64 (start, end) character pairs, one per token */
 } Out;
+
+static inline int utf8_length(Py_UCS4 c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+
+/* The character span of each token of text[a:b], whose ids are `ids` (n of them): the characters its bytes
+   fall in, from the one holding its first byte to the one holding its last (a token that starts or ends
+   inside a character shares it with its neighbour), as the tokenizer's offsets give them. */
+static int token_offsets(Out *o, Py_ssize_t a, Py_ssize_t b, const unsigned char *ids, Py_ssize_t n) {
+    int kind = PyUnicode_KIND(o->text);
+    const void *data = PyUnicode_DATA(o->text);
+    Py_ssize_t c = a, c_byte = 0, byte = 0;  /* c: the character holding byte `byte` of the piece, from c_byte */
+    for (Py_ssize_t t = 0; t < n; t++) {
+        uint32_t id = (uint32_t)ids[4 * t] | (uint32_t)ids[4 * t + 1] << 8 | (uint32_t)ids[4 * t + 2] << 16
+                      | (uint32_t)ids[4 * t + 3] << 24;
+        if (id >= (uint32_t)o->n_lengths || !o->lengths[id]) {
+            PyErr_Format(PyExc_ValueError, "token %u has no byte length", id);
+            return -1;
+        }
+        Py_ssize_t last = byte + o->lengths[id] - 1;
+        while (c < b && c_byte + utf8_length(PyUnicode_READ(kind, data, c)) <= byte)
+            c_byte += utf8_length(PyUnicode_READ(kind, data, c++));
+        int64_t span[2] = {c, 0};
+        Py_ssize_t e = c, e_byte = c_byte;
+        while (e < b && e_byte + utf8_length(PyUnicode_READ(kind, data, e)) <= last)
+            e_byte += utf8_length(PyUnicode_READ(kind, data, e++));
+        span[1] = e + 1;
+        if (append(&o->offsets, span, sizeof(span)) < 0) return -1;
+        byte = last + 1;
+    }
+    return 0;
+}
 
 /* The ids of a piece not in the cache, from the BPE, put in the cache; NULL (no error set) where it is too
    long for it. */
@@ -184,16 +236,8 @@ static int piece(Out *o, Py_ssize_t a, Py_ssize_t b) {
     if (o->missing) return 0;
     if (!PyBytes_Check(ids)) { PyErr_SetString(PyExc_TypeError, "cache values must be bytes"); return -1; }
     Py_ssize_t n = PyBytes_GET_SIZE(ids);
-    if (o->len + n > o->cap) {
-        Py_ssize_t cap = o->cap * 2 > o->len + n ? o->cap * 2 : o->len + n;
-        char *grown = PyMem_Realloc(o->ids, cap);
-        if (!grown) { PyErr_NoMemory(); return -1; }
-        o->ids = grown;
-        o->cap = cap;
-    }
-    memcpy(o->ids + o->len, PyBytes_AS_STRING(ids), n);
-    o->len += n;
-    return 0;
+    if (o->lengths && token_offsets(o, a, b, (const unsigned char *)PyBytes_AS_STRING(ids), n / 4) < 0) return -1;
+    return append(&o->ids, PyBytes_AS_STRING(ids), n);
 }
 
 #define AT(i) PyUnicode_READ(kind, data, (i))
@@ -232,16 +276,15 @@ static int split3(Out *o, int kind, const void *data, const unsigned char *class
 
 static PyObject *encode(PyObject *self, PyObject *args) {
     PyObject *text, *cache, *capsule = Py_None;
-    Py_buffer classes;
-    if (!PyArg_ParseTuple(args, "UO!y*|O", &text, &PyDict_Type, &cache, &classes, &capsule)) return NULL;
+    Py_buffer classes, lengths = {0};
+    if (!PyArg_ParseTuple(args, "UO!y*|Oy*", &text, &PyDict_Type, &cache, &classes, &capsule, &lengths)) return NULL;
     const Bpe *bpe = NULL;
-    if (capsule != Py_None && !(bpe = PyCapsule_GetPointer(capsule, "packing._pieces.Bpe"))) {
+    if ((capsule != Py_None && !(bpe = PyCapsule_GetPointer(capsule, "packing._pieces.Bpe")))
+        || classes.len != 0x110000 || lengths.len % 2) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "classes must hold one byte per code point, lengths uint16 each");
         PyBuffer_Release(&classes);
-        return NULL;
-    }
-    if (classes.len != 0x110000) {
-        PyBuffer_Release(&classes);
-        PyErr_SetString(PyExc_ValueError, "classes must hold one byte per code point");
+        if (lengths.obj) PyBuffer_Release(&lengths);
         return NULL;
     }
     const unsigned char *cls = classes.buf;
@@ -251,9 +294,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     if (kind != PyUnicode_1BYTE_KIND)
         for (i = 0; i < n; i++) {
             Py_UCS4 c = AT(i);
-            if (c >= 0xD800 && c <= 0xDFFF) { PyBuffer_Release(&classes); Py_RETURN_NONE; }
+            if (c >= 0xD800 && c <= 0xDFFF) {
+                PyBuffer_Release(&classes);
+                if (lengths.obj) PyBuffer_Release(&lengths);
+                Py_RETURN_NONE;
+            }
         }
-    Out o = {text, cache, NULL, bpe, NULL, 0, 0};
+    Out o = {text, cache, NULL, bpe, lengths.obj ? lengths.buf : NULL, lengths.len / 2, {0}, {0}};
     int err = 0;
     for (i = 0; i < n && !err; i = j) {
         Py_UCS4 c = AT(i);
@@ -268,17 +315,25 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&classes);
     PyObject *result = NULL;
-    if (!err)
-        result = o.missing ? (Py_INCREF(o.missing), o.missing) : PyBytes_FromStringAndSize(o.ids ? o.ids : "", o.len);
+    if (!err && o.missing)
+        result = (Py_INCREF(o.missing), o.missing);
+    else if (!err && !o.lengths)
+        result = PyBytes_FromStringAndSize(o.ids.data ? o.ids.data : "", o.ids.len);
+    else if (!err)
+        result = Py_BuildValue("y#y#", o.ids.data ? o.ids.data : "", o.ids.len,
+                               o.offsets.data ? o.offsets.data : "", o.offsets.len);
+    if (lengths.obj) PyBuffer_Release(&lengths);
     Py_XDECREF(o.missing);
-    PyMem_Free(o.ids);
+    PyMem_Free(o.ids.data);
+    PyMem_Free(o.offsets.data);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS,
-     "encode(text, cache, classes, bpe=None) -> the token ids of text (uint32 bytes) from the cache of its pieces' "
-     "ids and the BPE, the pieces missing from both (list), or None for a text with a surrogate"},
+     "encode(text, cache, classes, bpe=None, lengths=None) -> the token ids of text (uint32 bytes) from the cache "
+     "of its pieces' ids and the BPE, with lengths (uint16 bytes of each token) (ids, offsets: int64 character "
+     "pairs); the pieces missing from both (list), or None for a text with a surrogate"},
     {"bpe", bpe_table, METH_VARARGS,
      "bpe(left, right, merged, byte_ids) -> the byte-level BPE of these merges (uint32 ids, in rank order)"},
     {NULL, NULL, 0, NULL},

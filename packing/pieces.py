@@ -83,6 +83,18 @@ def bpe_table(model: dict, compiled):
     return compiled.bpe(*ids, np.array(byte_ids, dtype="<u4").tobytes())
 
 
+def token_lengths(vocab: dict) -> bytes | None:
+    """Each token id's length in bytes (uint16), for the offsets: 0 for a token not made of byte characters
+    (a special token in the vocabulary, which no merge makes); None where a token is too long for it."""
+    alphabet = set(byte_chars())
+    if max(map(len, vocab), default=0) >= 1 << 16:
+        return None
+    lengths = np.zeros(max(vocab.values(), default=-1) + 1, dtype="<u2")
+    for token, token_id in vocab.items():
+        lengths[token_id] = len(token) if alphabet.issuperset(token) else 0
+    return lengths.tobytes()
+
+
 class PieceEncoder:
     """Token ids of texts as `tokenizers.Tokenizer.encode(text, add_special_tokens=False).ids` gives them, for
     a tokenizer.json with DeepSeek-V3's normalizer-free pre-tokenizer and a BPE model; `PieceEncoder.of`
@@ -97,6 +109,7 @@ class PieceEncoder:
         self.classes = load_classes()
         self.cache: dict[str, bytes] = {}
         self.bpe = bpe_table(config["model"], compiled)
+        self.lengths = token_lengths(config["model"]["vocab"])
         self.added: dict[str, tuple[str, ...]] = {}  # the added tokens by their first two characters
         for added in config.get("added_tokens", []):
             self.added.setdefault(added["content"][:2], ())
@@ -143,6 +156,22 @@ class PieceEncoder:
         unseen = list(dict.fromkeys(missing))
         for piece, enc in zip(unseen, self._pieces_tok.encode_batch_fast(unseen, add_special_tokens=False)):
             self.cache[piece] = np.array(enc.ids, dtype="<u4").tobytes()
+
+    def text_offsets(self, text: str) -> list[tuple[int, int]] | None:
+        """The character span of each token of text, as `tokenizers.Encoding.offsets` gives them; None where
+        the Hugging Face tokenizer has to give them (a text it encodes whole, a vocabulary not all bytes)."""
+        if self.lengths is None or self._holds_added_token(text):
+            return None
+        found = self.compiled.encode(text, self.cache, self.classes, self.bpe, self.lengths)
+        for _ in range(2):
+            if type(found) is not list:
+                break
+            self._learn(found)
+            found = self.compiled.encode(text, self.cache, self.classes, self.bpe, self.lengths)
+        if type(found) is not tuple:
+            return None
+        spans = np.frombuffer(found[1], dtype="<i8")
+        return list(zip(spans[0::2].tolist(), spans[1::2].tolist()))
 
     def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         """The token ids of each text (no special tokens added), as uint32 arrays."""

@@ -181,4 +181,5 @@ class DocTokenizer:
     def text_offsets(self, text: str) -> list[tuple[int, int]]:
         """Character span of each *text* token of `text` (BOS/EOS excluded): the same tokenization
         again, with offsets tracked. Chunking needs it only for documents longer than a chunk."""
-        return self.tok.encode(text, add_special_tokens=False).offsets
+        offsets = self.pieces.text_offsets(text) if self.pieces is not None else None
+        return offsets if offsets is not None else self.tok.encode(text, add_special_tokens=False).offsets

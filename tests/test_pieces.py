@@ -1,7 +1,8 @@
 """The DeepSeek-V3 tokenizer's compiled pre-tokenizer and BPE with cached piece ids (packing/pieces.py,
 packing/_pieces.c) against the Hugging Face tokenizer, their oracle: the same token ids on real pages' text
 in several languages, on random texts mixing every class the regexes tell apart, on code points sampled
-from all of Unicode, and on texts holding added tokens; its class table against the tokenizer's regexes."""
+from all of Unicode, and on texts holding added tokens; the same token offsets; its class table against the
+tokenizer's regexes."""
 
 import json
 import random
@@ -52,6 +53,18 @@ def test_random_texts_give_the_tokenizer_s_ids(tok):
                       for _ in range(rng.randrange(1, 20))) for _ in range(500)]
     texts += ["", " ", "\n", "1234567", "  \n  x", "x  ", "a \u3000b", "'s", ".Net 3.14", "一二三abc123あア"]
     assert_same(tok, texts)
+
+
+def test_offsets_are_the_tokenizer_s(tok):
+    """Each token's character span, tokens inside a character (emoji, Han, accents split by the BPE) included, on
+    the sample's pages and random texts; a text the Hugging Face tokenizer encodes whole gets its offsets."""
+    rng = random.Random(11)
+    texts = real_texts()[:60] + ["".join(rng.choice(POOL) for _ in range(rng.randrange(1, 80))) for _ in range(1500)]
+    texts += ["é" * 9, "a\U0001f600\U0001f600b", "z" * 300 + " y", "x <think> y"]
+    for text in texts:
+        assert tok.text_offsets(text) == tok.tok.encode(text, add_special_tokens=False).offsets, repr(text[:100])
+    assert tok.pieces.text_offsets("x <think> y") is None
+    assert tok.pieces.text_offsets("é" * 9) is not None
 
 
 def test_added_tokens_and_surrogates_go_to_the_tokenizer(tok):
