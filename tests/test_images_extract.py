@@ -136,15 +136,16 @@ def test_alt_language_rule_uses_lid():
 
 
 def test_a_url_already_canonical_comes_back_as_parsing_it_gives_it():
-    """canonical_url and an img's resolved URL take a URL of the canonical form as it is: the same as
-    parsing, joining and re-encoding it gives, on random URLs near that form (upper case, ports, users,
+    """canonical_url and an img's resolved URL take a URL of the canonical form as it is, and the image URL
+    rules read its path by one match: the same as parsing, joining and re-encoding it gives, on random URLs near
+    that form (upper case, ports, users,
     fragments, empty queries, ';' parameters, spaces, non-ASCII, relative paths) and on the real pages'
     image sources."""
     import random
     import re
     from urllib.parse import urljoin
 
-    from extract.images import _CANONICAL_HTTP_URL, _resolve, canonical_url_parsed
+    from extract.images import _CANONICAL_HTTP_URL, _resolve, canonical_url_parsed, url_path, url_path_parsed
 
     rng = random.Random(11)
     pieces = ["http://", "https://", "HTTP://", "ftp://", "//", "/", "", "a.org", "A.org", "x-y.b9.net", ":80", ":8080",
@@ -164,6 +165,7 @@ def test_a_url_already_canonical_comes_back_as_parsing_it_gives_it():
     fast = 0
     for url in urls:
         assert canonical_url(url) == canonical_url_parsed(url), url
+        assert url_path(url) == url_path_parsed(url), url
         if url and url[:5].lower() != "data:":
             for base in bases:
                 try:
@@ -176,6 +178,26 @@ def test_a_url_already_canonical_comes_back_as_parsing_it_gives_it():
     refs = [r for path, part in ((MINI, "prairie-tribune.io/p/5b7b1115"), (UKWA, "Main_Page"))
             for r in extract_images(*reversed(html_of(path, part))) if r.url[:5] != "data:"]
     assert len(refs) > 10 and all(canonical_url(r.url) == canonical_url_parsed(r.url) == r.url for r in refs)
+    assert all(url_path(r.url) == url_path_parsed(r.url) for r in refs)
+
+
+def test_url_rules_read_an_ascii_url_lower_cased_as_their_case_blind_patterns_do():
+    """check_image_url searches an ASCII URL lower-cased with its patterns' case-sensitive forms: the same
+    matches as the re.I patterns on random URLs made of the rules' words in mixed case."""
+    import random
+
+    from extract.images import _LOWER, CHROME_URL, ICON_URL, TRACKING_URL
+
+    rng = random.Random(5)
+    words = ["pixel", "Beacon", "TRACK", "collect", "g/collect", "1x1", "Spacer", "favicon", "ICONS", "sprite", "btn",
+             "Logo", "avatars", "ADS", "share", "stats2", ".gif", ".PNG", "?", "/", "_", "-", ".", "a", "Z", "9", "é",
+             "\u212a"]
+    for _ in range(20_000):
+        url = "https://" + "".join(rng.choice(words) for _ in range(rng.randint(1, 7)))
+        for rx in (TRACKING_URL, ICON_URL, CHROME_URL):
+            if url.isascii():
+                assert (_LOWER[rx].search(url.lower()) is None) == (rx.search(url) is None), (rx.pattern, url)
+    assert all(pattern.pattern == pattern.pattern.lower() for pattern in _LOWER)
 
 
 def test_page_noai_meta_and_canonical_urls():
