@@ -1,4 +1,4 @@
-/* The DeepSeek-V3 tokenizer's pre-tokenizer, compiled, and its pieces' token ids from a cache.
+/* The DeepSeek-V3 tokenizer's pre-tokenizer and byte-level BPE, compiled, with its pieces' token ids cached.
 
    The oracle is the Hugging Face tokenizer itself (packing/pieces.py; tests/test_pieces.py checks that both
    give the same token ids on random and real texts). Its pre-tokenizer is three Oniguruma regex splits, each

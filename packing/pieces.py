@@ -162,6 +162,8 @@ class PieceEncoder:
         the Hugging Face tokenizer has to give them (a text it encodes whole, a vocabulary not all bytes)."""
         if self.lengths is None or self._holds_added_token(text):
             return None
+        if len(self.cache) > CACHE_ENTRIES:
+            self.cache.clear()
         found = self.compiled.encode(text, self.cache, self.classes, self.bpe, self.lengths)
         for _ in range(2):
             if type(found) is not list:

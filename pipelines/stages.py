@@ -51,7 +51,7 @@ class ReadConfig(Section):
 WORKER_ARGS = ("--max_num_workers", "--num_workers", "--parallelism")
 
 
-SPREAD_IMBALANCE = 1.5  # what the reshuffle costs at most, measured (below): a slower split of files pays for it
+SPREAD_IMBALANCE = 1.5  # about the most the reshuffle was measured to cost a local run ("Local runner settings")
 
 
 def spread_records(cfg, sizes: list[int]) -> bool:
@@ -62,11 +62,8 @@ def spread_records(cfg, sizes: list[int]) -> bool:
     after the others: `auto` deals the files to P workers largest first, each to the least loaded (P the
     local worker count or, on a distributed runner, the worker count in `beam_args`; spread when none is
     given), and spreads when the most loaded would get more than SPREAD_IMBALANCE times an even share of
-    the input bytes. Outputs are the same either way (every output is written sorted). Measured with 2
-    local workers: on 6 copies of mixed-dev (10,158 pages), 47.4 s with the reshuffle, 43.3 s without; on
-    4,872 distinct real pages in 6 files of 0.2-59 MB (benchmarks/end_to_end_distinct.py; dealt out, 1.04
-    times an even share), 74.4 s with it, 49.7 s without, 1 worker 86.4 s. `sizes`: the input files'
-    sizes in bytes."""
+    the input bytes. Outputs are the same either way (every output is written sorted); the measurements
+    are in docs/design.md, "Local runner settings". `sizes`: the input files' sizes in bytes."""
     choice = cfg.read.spread_records
     if choice != "auto":
         return choice
