@@ -34,11 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
-from benchmarks.end_to_end import compare_size, count_pages, datatrove_version, headline_of, timed_budget  # noqa: E402
+from benchmarks.end_to_end import (DEFAULT_WARC, compare_size, count_pages, datatrove_version,  # noqa: E402
+                                   headline_of, timed_budget)
+from benchmarks.extraction_eval import DEFAULT_DATA as DEFAULT_SCRAPINGHUB  # noqa: E402
+from benchmarks.extraction_eval import snippet_file  # noqa: E402
 from benchmarks.record import record  # noqa: E402
 
-DEFAULT_SCRAPINGHUB = ROOT.parent / "shared" / "data" / "html" / "scrapinghub_aeb"
-DEFAULT_WARC = ROOT.parent / "shared" / "data" / "corpus" / "mixed-dev.warc.gz"
 PAGES_PER_FILE = 1000
 CAPTURED = "2026-01-01T00:00:00Z"
 
@@ -52,16 +53,15 @@ def wcxb(root: Path):
         for truth in sorted((root / split / "ground-truth").glob("*.json")):
             page = root / split / "html" / f"{truth.stem}.html.gz"
             if page.is_file():
-                url = json.loads(truth.read_text()).get("url") or f"https://{domains.get(truth.stem)}/wcxb-{truth.stem}"
-                yield url, gzip.decompress(page.read_bytes())
+                url = json.loads(truth.read_text()).get("url")
+                yield url or f"https://{domains.get(truth.stem)}/wcxb-{truth.stem}", gzip.decompress(page.read_bytes())
 
 
 def snippets(root: Path):
     """(url, page bytes) of every page of trafilatura's evaluation set."""
     data = json.loads((root / "evaldata.json").read_text())
     for url in sorted(data):
-        path = next((root / sub / data[url]["file"] for sub in ("cache", "eval")
-                     if (root / sub / data[url]["file"]).is_file()), None)
+        path = snippet_file(root, data[url]["file"])
         if path is not None:
             yield url, path.read_bytes()
 
@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--tries", type=int, default=1, help="runs per setting; the fastest is reported")
     ap.add_argument("--datatrove-python", default=sys.executable,
-                    help="a Python with datatrove[io,processing] and resiliparse installed (see end_to_end.py)")
+                    help="a Python with datatrove's FineWeb recipe installed (as end_to_end.py's --datatrove-python)")
     args = ap.parse_args()
     folder = args.work / "in"
     if not folder.is_dir():

@@ -277,6 +277,11 @@ def wcxb_scores(root: Path) -> dict:
 SNIPPET_ENGINES = ("default", "default_extractor", "resiliparse_bare", "trafilatura", "trafilatura_evalopts")
 
 
+def snippet_file(root: Path, name: str) -> Path | None:
+    """Where trafilatura's tests keep the evaluation page `name` (`cache` or `eval`), or None."""
+    return next((root / sub / name for sub in ("cache", "eval") if (root / sub / name).is_file()), None)
+
+
 def snippet_counts(output: str, item: dict) -> tuple[int, int, int]:
     """(true positives, false positives, false negatives) of one page under the snippet benchmark's metric:
     its `with` segments found in the output, its `without` segments found, its `with` segments missed."""
@@ -305,8 +310,7 @@ def snippet_scores(root: Path, n_rounds: int) -> dict:
     pages, groups = [], []
     for url in sorted(data):
         item = data[url]
-        path = next((root / sub / item["file"] for sub in ("cache", "eval")
-                     if (root / sub / item["file"]).is_file()), None)
+        path = snippet_file(root, item["file"])
         if path is not None:
             pages.append((decode_html(path.read_bytes(), ""), item, 0))
             groups.append(("all", f"half {hashlib.sha256(url.encode()).digest()[0] & 1}",

@@ -174,8 +174,9 @@ def _choose_src(img, picture_sources: list[str]) -> str:
 # An http(s) URL already in the form canonical_url gives: lower-case scheme and host (no port, no user),
 # a path and an optional non-empty query of characters `quote` leaves as they are (no fragment, no ';'
 # parameters, no empty "?"). canonical_url and urljoin give such a URL back unchanged (canonical_url_parsed
-# is the oracle); matched in linear time (no nested quantifiers).
-_CANONICAL_HTTP_URL = re.compile(r"https?://[a-z0-9.-]+/[A-Za-z0-9/%:@!$&'()*+,=~._-]*"
+# is the oracle); matched in linear time (no nested quantifiers). Its group is the path (url_path: the host
+# holds no '/', '@' or ':').
+_CANONICAL_HTTP_URL = re.compile(r"https?://[a-z0-9.-]+(/[A-Za-z0-9/%:@!$&'()*+,=~._-]*)"
                                  r"(?:\?[A-Za-z0-9/%:@!$&'()*+,=~._?-]+)?")
 
 
@@ -366,16 +367,11 @@ def is_generic_alt(alt: str) -> bool:
     return bool(m and m.group(1).strip() in GENERIC_ALT)
 
 
-# _CANONICAL_HTTP_URL with its path as a group: in such a URL the host holds no '/', '@' or ':'.
-_CANONICAL_PATH = re.compile(r"https?://[a-z0-9.-]+(/[A-Za-z0-9/%:@!$&'()*+,=~._-]*)"
-                             r"(?:\?[A-Za-z0-9/%:@!$&'()*+,=~._?-]+)?")
-
-
 def url_path(url: str) -> str | None:
     """urlsplit(url).path, or None where the URL has no host or does not parse; a URL in canonical form
     (most image references: canonical_url gives them) is read by one match instead (url_path_parsed is the
     oracle)."""
-    m = _CANONICAL_PATH.fullmatch(url)
+    m = _CANONICAL_HTTP_URL.fullmatch(url)
     return m.group(1) if m else url_path_parsed(url)
 
 

@@ -200,9 +200,9 @@ static int token_offsets(Out *o, Py_ssize_t a, Py_ssize_t b, const unsigned char
    long for it. */
 static PyObject *learn(Out *o, PyObject *key) {
     Py_ssize_t n;
+    if (!o->bpe) return NULL;
     const char *utf8 = PyUnicode_AsUTF8AndSize(key, &n);
-    if (!utf8) return NULL;
-    if (!o->bpe || n > MAX_BPE_BYTES) return NULL;
+    if (!utf8 || n > MAX_BPE_BYTES) return NULL;
     uint32_t ids[MAX_BPE_BYTES];
     n = bpe_ids(o->bpe, (const unsigned char *)utf8, n, ids);
     unsigned char le[MAX_BPE_BYTES * 4];
