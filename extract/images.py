@@ -154,9 +154,10 @@ def _largest(srcset: str | None) -> str | None:
     return max(candidates, key=lambda c: (c[1] == "w", c[2]))[0]
 
 
-def _choose_src(img, picture_sources: list[str]) -> str:
+def _choose_src(img, pictures: dict) -> str:
     """The URL an image tag points to: src, else a lazy-loading attribute, else the largest srcset
-    candidate (the img's own, then its <picture> sources'). A data: src is kept only as a last resort."""
+    candidate (the img's own, then its <picture> sources': `pictures` as _picture_sources reads it). A data:
+    src is kept only as a last resort."""
     src = (img.getattr("src") or "").strip()
     if src and not src.lower().startswith("data:"):
         return src
@@ -164,7 +165,8 @@ def _choose_src(img, picture_sources: list[str]) -> str:
         value = (img.getattr(attr) or "").strip()
         if value and not value.lower().startswith("data:"):
             return value
-    for srcset in [img.getattr("srcset"), *(img.getattr(a) for a in LAZY_SRCSET_ATTRS), *picture_sources]:
+    for srcset in [img.getattr("srcset"), *(img.getattr(a) for a in LAZY_SRCSET_ATTRS),
+                   *_picture_sources(img, pictures)]:
         best = _largest(srcset)
         if best and not best.lower().startswith("data:"):
             return best
@@ -223,7 +225,13 @@ def _collapse(text: str) -> str:
 
 def _context(text: str, offset: int, chars: int) -> tuple[str, str]:
     """About `chars` characters of page text on each side of `offset`, whitespace collapsed, cut at
-    word boundaries."""
+    word boundaries: from the 4 x `chars` characters on each side (`_context_window`)."""
+    return _context_before(text, offset, chars), _context_after(text, offset, chars)
+
+
+def _context_window(text: str, offset: int, chars: int) -> tuple[str, str]:
+    """_context by its definition: the 4 x `chars` characters on each side collapsed, then cut (the oracle
+    of _context_before and _context_after)."""
     before = _collapse(text[max(0, offset - 4 * chars):offset])
     after = _collapse(text[offset:offset + 4 * chars])
     if len(before) > chars:
@@ -233,6 +241,28 @@ def _context(text: str, offset: int, chars: int) -> tuple[str, str]:
         cut = after[:chars]
         after = cut.rsplit(" ", 1)[0] if " " in cut else cut
     return before, after
+
+
+# _context reads 2 x chars characters on a side first. Collapsing a shorter window gives the same words but
+# the first (before) or last (after) one, which it may cut; where the words it gives whole hold `chars`
+# characters, the cut comes from them alone, and so is the same.
+def _context_before(text: str, offset: int, chars: int) -> str:
+    if offset > 2 * chars:
+        near = _collapse(text[offset - 2 * chars:offset])
+        whole = near.find(" ") + 1  # where the words read whole begin (0: none is)
+        if whole and len(near) - whole >= chars:
+            cut = near[-chars:]
+            return cut.split(" ", 1)[1] if " " in cut else cut
+    return _context_window(text, offset, chars)[0]
+
+
+def _context_after(text: str, offset: int, chars: int) -> str:
+    if len(text) - offset > 2 * chars:
+        near = _collapse(text[offset:offset + 2 * chars])
+        if near.rfind(" ") >= chars:  # the words read whole hold `chars` characters
+            cut = near[:chars]
+            return cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return _context_window(text, offset, chars)[1]
 
 
 def _picture_sources(img, memo: dict) -> list[str]:
@@ -258,7 +288,7 @@ def image_refs(tree: HTMLTree, imgs: list, page_url: str) -> list[ImageRef]:
     for position, img in enumerate(imgs):
         alt = img.getattr("alt")
         refs.append(ImageRef(
-            page_url=page_url, url=_resolve(base, _choose_src(img, _picture_sources(img, pictures))),
+            page_url=page_url, url=_resolve(base, _choose_src(img, pictures)),
             alt=_collapse(alt) if alt is not None else None,
             width=_dimension(img.getattr("width")), height=_dimension(img.getattr("height")),
             position=position, context_before="", context_after=""))

@@ -42,9 +42,10 @@ HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 CELL_GAP = re.compile(r"\t+")
 CELL_SEPARATOR = " | "  # between a table row's cells in a text node (filters/nodes.py reads rows so)
 
-# A run of blank lines is matched from the start of its run of blanks only: the same matches, linear (tried
-# at every blank, the pattern ran to the run's end each time, quadratic: 80,000 newlines took 12 s).
-BLANKS = re.compile(r"(?<![ \t])[ \t]*\n(?:[ \t]*\n)+")
+# A line break followed by blank lines (spaces and tabs only), each ending in a line break: found from the line
+# break, a literal the regex engine skips to, without backtracking (possessive blanks); single_blank_lines takes
+# the blanks before it.
+BLANK_RUN = re.compile(r"\n(?:[ \t]*+\n)+")
 SPACES = re.compile(r"\s+")
 
 
@@ -81,7 +82,20 @@ def _hidden(el) -> bool:
 
 def _clean(text: str) -> str:
     """Table cells (tab-separated by the extractor) as ` | `, list bullets as `- `, single blank lines."""
-    return BLANKS.sub("\n", _bullets_as_dashes(CELL_GAP.sub(CELL_SEPARATOR, text))).strip()
+    if "\t" in text:
+        text = CELL_GAP.sub(CELL_SEPARATOR, text)
+    return single_blank_lines(_bullets_as_dashes(text)).strip()
+
+
+def single_blank_lines(text: str) -> str:
+    r"""What re.sub(r"[ \t]*\n(?:[ \t]*\n)+", "\n", text) gives, in linear time: each line break that blank
+    lines (spaces and tabs only) follow, with them and the blanks before it, as one line break. The regex,
+    tried at every blank, ran to the end of a run of blank lines each time: quadratic in the run."""
+    out, last = [], 0
+    for run in BLANK_RUN.finditer(text):
+        out += [text[last:run.start()].rstrip(" \t"), "\n"]  # blanks before the run (the last one ended in "\n")
+        last = run.end()
+    return "".join(out) + text[last:] if out else text
 
 
 def _bullets_as_dashes(text: str) -> str:

@@ -181,6 +181,27 @@ def test_a_url_already_canonical_comes_back_as_parsing_it_gives_it():
     assert all(url_path(r.url) == url_path_parsed(r.url) for r in refs)
 
 
+def test_an_images_context_read_from_the_near_text_is_the_one_its_definition_gives(monkeypatch):
+    """_context reads 2 x chars characters on a side where the words read whole hold enough: the same
+    contexts as collapsing the 4 x chars characters its definition reads (_context_window), on random texts
+    of words and whitespace runs of every kind, at every offset and several widths, and on the real page."""
+    import random
+
+    from extract.images import _context, _context_window
+
+    rng = random.Random(11)
+    pieces = ["a", "bb", "word", "longerword", " ", "  ", "\n", "\n\n   ", "\t", "\xa0", "\u3000", "\u2028", "é"]
+    for _ in range(1000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
+        for chars in (0, 1, 3, 8, 20):
+            for offset in range(len(text) + 1):
+                assert _context(text, offset, chars) == _context_window(text, offset, chars), (text, offset, chars)
+    url, html = html_of(UKWA, "Main_Page")
+    fast = extract_images(html, url)
+    monkeypatch.setattr("extract.images._context", _context_window)
+    assert fast == extract_images(html, url)
+
+
 def test_url_rules_read_an_ascii_url_lower_cased_as_their_case_blind_patterns_do():
     """check_image_url searches an ASCII URL lower-cased with its patterns' case-sensitive forms: the same
     matches as the re.I patterns on random URLs made of the rules' words in mixed case."""
