@@ -501,6 +501,62 @@ static PyObject *style_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(lllllll)", words, style, digits, long_words, contractions, first_person, capitals);
 }
 
+/* word_repetition(words, n): filters/nodes.py word_repetition_python, by a hash table of the word n-grams
+ * (open addressing, each slot the first start of an n-gram and its count; n-grams compared word by word). */
+static int same_ngram(PyObject **w, Py_ssize_t a, Py_ssize_t b, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = w[a + k], *y = w[b + k];
+        if (x == y) continue;
+        int eq = PyUnicode_Compare(x, y);
+        if (eq == -1 && PyErr_Occurred()) return -1;
+        if (eq != 0) return 0;
+    }
+    return 1;
+}
+
+static PyObject *word_repetition(PyObject *self, PyObject *args) {
+    PyObject *list;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &list, &n)) return NULL;
+    if (n < 1) { PyErr_SetString(PyExc_ValueError, "n must be at least 1"); return NULL; }
+    Py_ssize_t len = PyList_GET_SIZE(list), total = len - n + 1;
+    if (total <= 0) return PyFloat_FromDouble(0.0);
+    PyObject **w = PySequence_Fast_ITEMS(list);
+    Py_hash_t *hash = PyMem_Malloc(len * sizeof(Py_hash_t));
+    Py_ssize_t size = 16;
+    while (size < 2 * total) size <<= 1;
+    Py_ssize_t *start = PyMem_Malloc(size * sizeof(Py_ssize_t)), *count = PyMem_Calloc(size, sizeof(Py_ssize_t));
+    PyObject *result = NULL;
+    if (!hash || !start || !count) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (!PyUnicode_Check(w[i])) { PyErr_SetString(PyExc_TypeError, "words must be str"); goto done; }
+        if ((hash[i] = PyObject_Hash(w[i])) == -1) goto done;
+    }
+    Py_ssize_t repeated = 0;
+    for (Py_ssize_t i = 0; i < total; i++) {
+        Py_uhash_t h = 1469598103934665603ULL;
+        for (Py_ssize_t k = 0; k < n; k++) h = (h ^ (Py_uhash_t)hash[i + k]) * 1099511628211ULL;
+        Py_ssize_t slot = (Py_ssize_t)(h & (Py_uhash_t)(size - 1));
+        for (;;) {
+            if (count[slot] == 0) { start[slot] = i; count[slot] = 1; break; }
+            int same = same_ngram(w, start[slot], i, n);
+            if (same < 0) goto done;
+            if (same) {
+                repeated += count[slot] == 1 ? 2 : 1;  /* an n-gram seen twice counts both occurrences */
+                count[slot]++;
+                break;
+            }
+            slot = (slot + 1) & (size - 1);
+        }
+    }
+    result = PyFloat_FromDouble((double)repeated / (double)total);
+done:
+    PyMem_Free(hash);
+    PyMem_Free(start);
+    PyMem_Free(count);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"tokenize", tokenize, METH_VARARGS, "tokenize(text, classes) -> the quality rules' words of text"},
     {"word_stats", word_stats, METH_VARARGS,
@@ -510,6 +566,8 @@ static PyMethodDef methods[] = {
      "a wide character?)"},
     {"normalised_lines", normalised_lines, METH_VARARGS,
      "normalised_lines(folded) -> each line of a casefolded text, stripped, whitespace runs as one space, digits as 0"},
+    {"word_repetition", word_repetition, METH_VARARGS,
+     "word_repetition(words, n) -> the share of word n-grams that occur more than once"},
     {"word_runs", word_runs, METH_VARARGS, "word_runs(text) -> the runs of alphanumeric characters joined by one space"},
     {"paragraph_counts", paragraph_counts, METH_VARARGS,
      "paragraph_counts(text, classes, punctuation) -> (characters not letters or marks, those in punctuation)"},

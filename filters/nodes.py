@@ -86,9 +86,9 @@ def char_repetition(text: str, n: int) -> float:
     return sum(top) / (len(text) - n + 1)
 
 
-def word_repetition(words: list[str], n: int) -> float:
+def word_repetition_python(words: list[str], n: int) -> float:
     """OBELICS's word repetition ratio: the share of word n-grams that occur more than once (none where no
-    word does)."""
+    word does). The oracle of filters/_words.c, which `word_repetition` is where it was built."""
     total = len(words) - n + 1
     if total <= 0 or len(set(words)) == len(words):
         return 0.0
@@ -108,8 +108,10 @@ try:
     def paragraph_counts(text: str) -> tuple[int, int]:
         """See `paragraph_counts_python`."""
         return _words.paragraph_counts(text, char_classes(), PUNCTUATION)
+
+    word_repetition = _words.word_repetition  # (words: list[str], n: int) -> float; see `word_repetition_python`
 except ImportError:
-    paragraph_counts = paragraph_counts_python
+    paragraph_counts, word_repetition = paragraph_counts_python, word_repetition_python
 
 
 def judge_paragraph(text: str, rules: NodeRules) -> str | None:

@@ -59,6 +59,28 @@ def test_repetition_ratios_are_obelics_definitions():
         assert word_repetition(words, 5) == pytest.approx(_obelics_word_repetition(words, 5))
 
 
+def test_compiled_word_repetition_is_its_python_oracle():
+    """filters/_words.c's word n-gram table gives word_repetition_python's value exactly: on random word lists
+    over small vocabularies (many repeats, hash-slot collisions), several n, and the words of every paragraph of
+    the real pages of tests/data/interleaved."""
+    from filters import _words
+    from filters.nodes import word_repetition_python
+
+    rng = random.Random(13)
+    vocab = ["a", "b", "the", "cat", "é", "\u4e00", "x" * 40, "".join(["t", "he"])]  # "the" twice: equal, not the same
+    for _ in range(3000):
+        words = [rng.choice(vocab[:rng.randint(1, len(vocab))]) for _ in range(rng.randint(0, 80))]
+        for n in (1, 2, 3, 5, 9):
+            assert _words.word_repetition(words, n) == word_repetition_python(words, n), (words, n)
+    paragraphs = [p for name in sorted(PAGES) if name.endswith(".html")
+                  for n in _web_doc(name)["nodes"] if n["type"] == "text" for p in n["text"].split("\n")]
+    words = [tokenize(p.lower()) for p in paragraphs]
+    assert sum(word_repetition_python(w, 5) > 0 for w in words) >= 5  # some repeat
+    assert [_words.word_repetition(w, 5) for w in words] == [word_repetition_python(w, 5) for w in words]
+    with pytest.raises(TypeError):
+        _words.word_repetition(["a", 1, "a"], 1)
+
+
 def test_special_characters_are_what_is_not_a_letter_or_a_mark():
     """The rule counts runs of a regex, and its compiled twin scans characters; the oracle classifies each
     character (a letter: alphanumeric but not a decimal digit; a mark: a combining mark, ZWNJ or ZWJ; a
