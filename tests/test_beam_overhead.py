@@ -314,25 +314,30 @@ def test_a_forked_worker_runs_its_own_exit_functions_not_the_driver_s_and_a_fail
 
 def test_a_local_run_keeps_what_exists_out_of_collections_until_it_ends():
     """What exists as a local run begins, and once its graph is built, is frozen (not traversed by the
-    collector) for the run, and handed back when it ends, also when the run fails."""
+    collector) for the run, and the collector runs at the local run's thresholds; both are handed back
+    when it ends, also when the run fails."""
     import gc
 
+    own = gc.get_threshold()
+    assert own != beam_overhead.LOCAL_GC_THRESHOLDS
     with beam_overhead.local_run():
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == beam_overhead.LOCAL_GC_THRESHOLDS
         before = gc.get_freeze_count()
         beam_overhead.graph_built()
         assert gc.get_freeze_count() >= before
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == own
     with pytest.raises(RuntimeError):
         with beam_overhead.local_run():
             raise RuntimeError("the run failed")
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == own
 
 
 def test_a_worker_gets_the_fixes_only_from_a_local_run():
     """Importing pipelines.stage (what unpickling our DoFns does in any worker) installs nothing in a
     worker of another runner (Dataflow, Flink, Spark, Prism); in a worker process a local run started
-    (LOCAL_RUN_ENV inherited) it installs the fixes, the untimed sampler and the uncompressed pickler."""
+    (LOCAL_RUN_ENV inherited) it installs the fixes, the untimed sampler, the uncompressed pickler and the
+    collector's thresholds."""
     import os
     import subprocess
     import sys
@@ -343,10 +348,10 @@ def test_a_worker_gets_the_fixes_only_from_a_local_run():
              "from apache_beam.internal import pickler as q; "
              "print(userstate.get_dofn_specs is b.dofn_specs, statesampler.StateSampler.start is b.start_untimed, "
              "p.concurrent.futures.ThreadPoolExecutor is b.CallerThreadExecutor, p.pickler is b.UncompressedPickler, "
-             "q.loads is b.UncompressedPickler.loads)")
+             "q.loads is b.UncompressedPickler.loads, __import__('gc').get_threshold() == b.LOCAL_GC_THRESHOLDS)")
     env = {k: v for k, v in os.environ.items() if k != beam_overhead.LOCAL_RUN_ENV}
     root = Path(__file__).resolve().parents[1]
-    for marked, expected in ((False, "False False False False False"), (True, "True True True True True")):
+    for marked, expected in ((False, "False False False False False False"), (True, "True True True True True True")):
         out = subprocess.run([sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True,
                              env={**env, beam_overhead.LOCAL_RUN_ENV: "1"} if marked else env).stdout.split("\n")
         assert out[-2] == expected, out
