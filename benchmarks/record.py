@@ -28,12 +28,12 @@ NOT_SCRIPTS = {"record.py", "__init__.py"}
 
 def _commit() -> str:
     """The checkout's commit, with "+changes" when the code differs from it (the records and this page
-    aside: recording a run changes them)."""
+    aside: recording a run changes them; and the docs, which no run reads)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)benchmarks/results", ":(exclude)docs/benchmarks.md"], cwd=ROOT,
+                                ":(exclude)benchmarks/results", ":(exclude)docs"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
