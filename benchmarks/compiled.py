@@ -21,6 +21,8 @@ Paths measured, on the main text of every HTML page of the WARC (as the extract 
 - the interleaved branch's paragraph rules' counts (filters/nodes.py `paragraph_counts` vs
   paragraph_counts_python: characters neither letters nor marks, punctuation marks), on each line of the
   text, as a web document's paragraphs are judged;
+- the paragraph rules' word repetition (filters/nodes.py `word_repetition` vs word_repetition_python: the share
+  of word 5-grams that repeat), on the words of each line of the text, as the paragraph rules tokenize it;
 - the cross-lingual stage's anchors (dedup/crosslingual.py `anchors` vs anchors_python), with the page's
   language;
 - the boilerplate model's line scores (filters/boilerplate.py `line_scores`, filters/_boilerplate.c after
@@ -140,6 +142,10 @@ def main() -> None:
         "paragraph_counts": compare(lambda lines: [nodes.paragraph_counts(line) for line in lines],
                                     lambda lines: [nodes.paragraph_counts_python(line) for line in lines],
                                     [t.split("\n") for t in texts], (), args.repeat),
+        "word_repetition": compare(lambda lines: [nodes.word_repetition(words, 5) for words in lines],
+                                   lambda lines: [nodes.word_repetition_python(words, 5) for words in lines],
+                                   [[quality.tokenize_python(line.lower()) for line in t.split("\n")] for t in texts],
+                                   (), args.repeat),
         "anchors": compare(lambda text: crosslingual.anchors(text, "en"), lambda text: crosslingual.anchors_python(
             text, "en"), texts, (), args.repeat),
         "boilerplate_scores": compare(boilerplate.line_scores, boilerplate.line_scores_python,
