@@ -527,9 +527,10 @@ def close_control(self) -> None:
 
 
 # A local run's processes collect cyclic garbage rarely: a page's dicts, lists and strings are freed by
-# their reference counts, but every 700 of them allocated started a young collection, and every hundredth
-# of those a full one, which traversed every object the run holds (the models' tables, the tokenizer's
-# piece cache, a grouping buffer's elements): a tenth of a second each in the runner's serial time.
+# their reference counts, but with Python's thresholds every 700 of them allocated started a young
+# collection, and about every hundredth of those a full one, which traversed every object the run holds
+# (the models' tables, the tokenizer's piece cache, a grouping buffer's elements): docs/design.md, "Local
+# runner settings".
 LOCAL_GC_THRESHOLDS = (100_000, 50, 50)
 _gc_thresholds: tuple | None = None  # the process's own while a local run's are set
 
